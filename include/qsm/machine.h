@@ -1,0 +1,123 @@
+/* rdma-qsm: the four state machines as data: states, actions, and a side-effect-free
+ * "what would event E do in state S" query, for tools, docs, tests and handlers. */
+#ifndef QSM_MACHINE_H
+#define QSM_MACHINE_H
+
+#include <qsm/events.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum qsm_machine {
+	QSM_MACHINE_CM_ID = 0,    /* active queue: sm/cm_id.rl */
+	QSM_MACHINE_ACCEPT = 1,   /* passive (accepted) queue: sm/accept.rl */
+	QSM_MACHINE_LISTENER = 2, /* listener: sm/listener.rl */
+	QSM_MACHINE_QP = 3,       /* queue pair: sm/qp.rl */
+};
+#define QSM_MACHINE_COUNT 4
+
+/* Active queue. */
+enum qsm_cm_state {
+	QSM_CM_IDLE = 0,           /* created, never connected; no cm_id */
+	QSM_CM_ADDR_RESOLVING,     /* cm_id created, rdma_resolve_addr in flight */
+	QSM_CM_ROUTE_RESOLVING,    /* rdma_resolve_route in flight */
+	QSM_CM_CONNECTING,         /* QP created, rdma_connect sent */
+	QSM_CM_CONNECTED,          /* ESTABLISHED; the ULP's handshake runs */
+	QSM_CM_LIVE,               /* the ULP said READY: I/O flows */
+	QSM_CM_DISCONNECTING,      /* the ULP asked to disconnect; DREQ sent */
+	QSM_CM_DRAINING,           /* connection lost; flushing the QP, then reconnect */
+	QSM_CM_CLOSING,            /* flushing the QP, then close for good */
+	QSM_CM_RECONNECT_WAIT,     /* the gap: no cm_id, no QP; retry timer armed */
+	QSM_CM_FAILED,             /* reconnect policy exhausted; no cm_id */
+	QSM_CM_CLOSED,             /* final: everything released */
+};
+#define QSM_CM_STATE_COUNT 12
+
+/* Passive queue, born from a listener's CONNECT_REQUEST. */
+enum qsm_accept_state {
+	QSM_ACCEPT_NEW = 0,        /* id handed over by the listener, not yet told */
+	QSM_ACCEPT_REQUESTED,      /* the request handler decides: accept or reject */
+	QSM_ACCEPT_ACCEPTING,      /* QP created, rdma_accept sent */
+	QSM_ACCEPT_CONNECTED,      /* ESTABLISHED; the ULP's handshake runs */
+	QSM_ACCEPT_LIVE,           /* the ULP said READY */
+	QSM_ACCEPT_DISCONNECTING,  /* the ULP asked to disconnect; DREQ sent */
+	QSM_ACCEPT_DRAINING,       /* flushing the QP, then close */
+	QSM_ACCEPT_CLOSED,         /* final */
+};
+#define QSM_ACCEPT_STATE_COUNT 8
+
+/* Listener. */
+enum qsm_listener_state {
+	QSM_LISTENER_IDLE = 0,      /* created, not listening */
+	QSM_LISTENER_LISTENING,     /* bound and listening */
+	QSM_LISTENER_RELISTEN_WAIT, /* its device went away; waiting to listen again */
+	QSM_LISTENER_CLOSED,        /* final */
+};
+#define QSM_LISTENER_STATE_COUNT 4
+
+/* Queue pair, as the IB spec names its states. */
+enum qsm_qp_state {
+	QSM_QP_RESET = 0,
+	QSM_QP_INIT,
+	QSM_QP_RTR,
+	QSM_QP_RTS,
+	QSM_QP_SQD,
+	QSM_QP_SQE,
+	QSM_QP_ERR,
+	QSM_QP_DESTROYED,           /* final */
+};
+#define QSM_QP_STATE_COUNT 8
+
+/* What the runtime does on an edge (the .rl actions). */
+enum qsm_action {
+	QSM_ACT_RESOLVE_ADDR = 1,   /* create the cm_id, rdma_resolve_addr */
+	QSM_ACT_RESOLVE_ROUTE,      /* rdma_resolve_route */
+	QSM_ACT_CONNECT,            /* create the QP, rdma_connect */
+	QSM_ACT_ESTABLISH,          /* QP is RTS; reset the reconnect backoff */
+	QSM_ACT_DISCONNECT,         /* rdma_disconnect (DREQ), arm the timeout */
+	QSM_ACT_START_DRAIN,        /* QP to ERR, post the drain marker */
+	QSM_ACT_RELEASE_ID,         /* destroy the QP and the cm_id */
+	QSM_ACT_ARM_RETRY,          /* next reconnect attempt, or GIVE_UP */
+	QSM_ACT_RETRY_NOW,          /* a device came back: retry without waiting */
+	QSM_ACT_RELEASE_DEVICE,     /* device gone: device_removed, drop all on it */
+	QSM_ACT_RELEASE_ALL,        /* final teardown */
+	QSM_ACT_NOTIFY_REQUEST,     /* run the request handler (accept or reject) */
+	QSM_ACT_ACCEPT,             /* create the QP, rdma_accept */
+	QSM_ACT_REJECT,             /* rdma_reject with the ULP's reason */
+	QSM_ACT_SPAWN_PASSIVE,      /* listener: make a passive queue for the request */
+	QSM_ACT_RELEASE_LISTEN_ID,  /* listener: destroy the listening id */
+	QSM_ACT_TRY_LISTEN,         /* listener: bind + listen again, LISTEN on success */
+};
+#define QSM_ACT_LIMIT (QSM_ACT_TRY_LISTEN + 1)
+
+/* At most this many actions on one edge. */
+#define QSM_EDGE_MAX_ACTIONS 4
+
+struct qsm_edge {
+	int target;                                    /* state after the event */
+	unsigned int nactions;
+	enum qsm_action actions[QSM_EDGE_MAX_ACTIONS]; /* in the order the .rl runs them */
+};
+
+const char *qsm_machine_name(enum qsm_machine m);    /* "cm_id", ... or NULL */
+int qsm_machine_state_count(enum qsm_machine m);     /* or -EINVAL */
+int qsm_machine_start_state(enum qsm_machine m);     /* or -EINVAL */
+int qsm_machine_is_final(enum qsm_machine m, int state); /* 1, 0 or -EINVAL */
+const char *qsm_state_name(enum qsm_machine m, int state); /* "LIVE", or NULL */
+const char *qsm_action_name(enum qsm_action a);      /* "start_drain", or NULL */
+
+/*
+ * What event @event does in state @state of machine @m, without side effects.
+ * Returns the target state (>= 0) and, if @edge is not NULL, fills it;
+ * -ENOMSG if the event has no edge there (the runtime sends it to the class's
+ * `unexpected` handler and the machine stays where it was);
+ * -EINVAL for an unknown machine, state or event.
+ */
+int qsm_machine_next(enum qsm_machine m, int state, int event, struct qsm_edge *edge);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,126 @@
+/* rdma-qsm: the passive queue lifecycle (an id a listener accepted), as a Ragel state chart.
+ * A passive queue never reconnects: every loss ends in CLOSED, after the QP is drained. */
+#include "sm.h"
+
+%%{
+	machine accept;
+	alphtype int;
+	import "events.h";
+
+	action notify_request { QSM_SM_ACT(QSM_ACT_NOTIFY_REQUEST); }
+	action accept         { QSM_SM_ACT(QSM_ACT_ACCEPT); }
+	action reject         { QSM_SM_ACT(QSM_ACT_REJECT); }
+	action establish      { QSM_SM_ACT(QSM_ACT_ESTABLISH); }
+	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
+	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
+	action release_device { QSM_SM_ACT(QSM_ACT_RELEASE_DEVICE); }
+	action release_all    { QSM_SM_ACT(QSM_ACT_RELEASE_ALL); }
+
+	action NEW            { QSM_SM_TO(QSM_ACCEPT_NEW); }
+	action REQUESTED      { QSM_SM_TO(QSM_ACCEPT_REQUESTED); }
+	action ACCEPTING      { QSM_SM_TO(QSM_ACCEPT_ACCEPTING); }
+	action CONNECTED      { QSM_SM_TO(QSM_ACCEPT_CONNECTED); }
+	action LIVE           { QSM_SM_TO(QSM_ACCEPT_LIVE); }
+	action DISCONNECTING  { QSM_SM_TO(QSM_ACCEPT_DISCONNECTING); }
+	action DRAINING       { QSM_SM_TO(QSM_ACCEPT_DRAINING); }
+	action CLOSED         { QSM_SM_TO(QSM_ACCEPT_CLOSED); }
+
+	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
+	lost    = QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
+	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
+
+	main := (
+	start:
+	New: (
+		QSM_EV_CONNECT_REQUEST              @notify_request               -> Requested |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~NEW,
+
+	# Undecided requests are rejected, never left to time out at the peer.
+	Requested: (
+		QSM_EV_ACCEPT                       @accept                       -> Accepting |
+		( QSM_EV_REJECT | QSM_EV_TIMEOUT | QSM_EV_DISCONNECT | gone )
+		                                    @reject @release_all          -> Closed |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed
+	) >~REQUESTED,
+
+	Accepting: (
+		QSM_EV_ESTABLISHED                  @establish                    -> Connected |
+		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED | QSM_EV_TIMEOUT )
+		                                    @release_all                  -> Closed |
+		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL )
+		                                    @start_drain                  -> Draining |
+		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~ACCEPTING,
+
+	Connected: (
+		QSM_EV_READY                                                      -> Live |
+		( lost | QSM_EV_TIMEOUT )           @start_drain                  -> Draining |
+		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~CONNECTED,
+
+	Live: (
+		lost                                @start_drain                  -> Draining |
+		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~LIVE,
+
+	Disconnecting: (
+		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_TIMEOUT )
+		                                    @start_drain                  -> Draining |
+		QSM_EV_DISCONNECT                                                 -> Disconnecting |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~DISCONNECTING,
+
+	Draining: (
+		( QSM_EV_DRAINED | QSM_EV_TIMEOUT ) @release_all                  -> Closed |
+		( benign | QSM_EV_DISCONNECT )                                    -> Draining |
+		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
+		gone                                @release_all                  -> Closed
+	) >~DRAINING,
+
+	Closed: ( zlen ) >~CLOSED
+	);
+
+	write data;
+}%%
+
+static int accept_exec(int *csp, int event, struct qsm_edge *edge)
+{
+	QSM_SM_EXEC_PROLOGUE;
+	%% write exec;
+	if (cs == accept_error)
+		return -ENOMSG;
+	*csp = cs;
+	return 0;
+}
+
+static const char *const accept_state_names[] = {
+	[QSM_ACCEPT_NEW] = "NEW",
+	[QSM_ACCEPT_REQUESTED] = "REQUESTED",
+	[QSM_ACCEPT_ACCEPTING] = "ACCEPTING",
+	[QSM_ACCEPT_CONNECTED] = "CONNECTED",
+	[QSM_ACCEPT_LIVE] = "LIVE",
+	[QSM_ACCEPT_DISCONNECTING] = "DISCONNECTING",
+	[QSM_ACCEPT_DRAINING] = "DRAINING",
+	[QSM_ACCEPT_CLOSED] = "CLOSED",
+};
+
+const struct qsm_sm qsm_sm_accept = {
+	.id = QSM_MACHINE_ACCEPT,
+	.name = "accept",
+	.nstates = QSM_ACCEPT_STATE_COUNT,
+	.start_state = QSM_ACCEPT_NEW,
+	.final_state = QSM_ACCEPT_CLOSED,
+	.state_names = accept_state_names,
+	.start_cs = accept_start,
+	.error_cs = accept_error,
+	.exec = accept_exec,
+};

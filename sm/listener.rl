@@ -1,0 +1,78 @@
+/* rdma-qsm: the listener lifecycle, as a Ragel state chart.
+ * A listener outlives its device: it waits in RELISTEN_WAIT and listens again when it can. */
+#include "sm.h"
+
+%%{
+	machine listener;
+	alphtype int;
+	import "events.h";
+
+	action spawn_passive     { QSM_SM_ACT(QSM_ACT_SPAWN_PASSIVE); }
+	action release_listen_id { QSM_SM_ACT(QSM_ACT_RELEASE_LISTEN_ID); }
+	action arm_retry         { QSM_SM_ACT(QSM_ACT_ARM_RETRY); }
+	action try_listen        { QSM_SM_ACT(QSM_ACT_TRY_LISTEN); }
+	action release_all       { QSM_SM_ACT(QSM_ACT_RELEASE_ALL); }
+
+	action IDLE           { QSM_SM_TO(QSM_LISTENER_IDLE); }
+	action LISTENING      { QSM_SM_TO(QSM_LISTENER_LISTENING); }
+	action RELISTEN_WAIT  { QSM_SM_TO(QSM_LISTENER_RELISTEN_WAIT); }
+	action CLOSED         { QSM_SM_TO(QSM_LISTENER_CLOSED); }
+
+	gone = QSM_EV_DESTROY | QSM_EV_ABORT;
+
+	main := (
+	start:
+	# LISTEN is posted once rdma_listen has succeeded.
+	Idle: (
+		QSM_EV_LISTEN                                                     -> Listening |
+		gone                                @release_all                  -> Closed
+	) >~IDLE,
+
+	Listening: (
+		QSM_EV_CONNECT_REQUEST              @spawn_passive                -> Listening |
+		QSM_EV_ADDR_CHANGE                                                -> Listening |
+		QSM_EV_DEVICE_REMOVAL               @release_listen_id @arm_retry -> RelistenWait |
+		gone                                @release_all                  -> Closed
+	) >~LISTENING,
+
+	# No listening id: a retry timer, or a device coming back, tries again.
+	RelistenWait: (
+		( QSM_EV_RETRY | QSM_EV_DEVICE_ADDED ) @try_listen                -> RelistenWait |
+		QSM_EV_LISTEN                                                     -> Listening |
+		gone                                @release_all                  -> Closed
+	) >~RELISTEN_WAIT,
+
+	Closed: ( zlen ) >~CLOSED
+	);
+
+	write data;
+}%%
+
+static int listener_exec(int *csp, int event, struct qsm_edge *edge)
+{
+	QSM_SM_EXEC_PROLOGUE;
+	%% write exec;
+	if (cs == listener_error)
+		return -ENOMSG;
+	*csp = cs;
+	return 0;
+}
+
+static const char *const listener_state_names[] = {
+	[QSM_LISTENER_IDLE] = "IDLE",
+	[QSM_LISTENER_LISTENING] = "LISTENING",
+	[QSM_LISTENER_RELISTEN_WAIT] = "RELISTEN_WAIT",
+	[QSM_LISTENER_CLOSED] = "CLOSED",
+};
+
+const struct qsm_sm qsm_sm_listener = {
+	.id = QSM_MACHINE_LISTENER,
+	.name = "listener",
+	.nstates = QSM_LISTENER_STATE_COUNT,
+	.start_state = QSM_LISTENER_IDLE,
+	.final_state = QSM_LISTENER_CLOSED,
+	.state_names = listener_state_names,
+	.start_cs = listener_start,
+	.error_cs = listener_error,
+	.exec = listener_exec,
+};

@@ -1,0 +1,119 @@
+/* rdma-qsm: the queue pair's state, tracked on every modify, async event and error
+ * completion, so that qsm_qp_state() never needs ibv_query_qp.  States as the IB spec names them. */
+#include "sm.h"
+
+%%{
+	machine qp;
+	alphtype int;
+	import "events.h";
+
+	action RESET     { QSM_SM_TO(QSM_QP_RESET); }
+	action INIT      { QSM_SM_TO(QSM_QP_INIT); }
+	action RTR       { QSM_SM_TO(QSM_QP_RTR); }
+	action RTS       { QSM_SM_TO(QSM_QP_RTS); }
+	action SQD       { QSM_SM_TO(QSM_QP_SQD); }
+	action SQE       { QSM_SM_TO(QSM_QP_SQE); }
+	action ERR       { QSM_SM_TO(QSM_QP_ERR); }
+	action DESTROYED { QSM_SM_TO(QSM_QP_DESTROYED); }
+
+	# Any state may be modified to RESET or ERR (IB spec 10.3.1); a fatal
+	# async event or a non-flush error completion puts the QP in ERR.
+	to_reset = QSM_EV_QP_TO_RESET;
+	broken   = QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL | QSM_EV_WC_ERROR;
+	gone     = QSM_EV_DESTROY | QSM_EV_DEVICE_REMOVAL;
+
+	main := (
+	start:
+	Reset: (
+		QSM_EV_QP_TO_INIT                         -> Init |
+		to_reset                                  -> Reset |
+		QSM_EV_QP_TO_ERR                          -> Err |
+		gone                                      -> Destroyed
+	) >~RESET,
+
+	Init: (
+		QSM_EV_QP_TO_INIT                         -> Init |
+		QSM_EV_QP_TO_RTR                          -> Rtr |
+		to_reset                                  -> Reset |
+		( QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL )    -> Err |
+		gone                                      -> Destroyed
+	) >~INIT,
+
+	Rtr: (
+		QSM_EV_QP_TO_RTS                          -> Rts |
+		QSM_EV_COMM_EST                           -> Rtr |
+		to_reset                                  -> Reset |
+		broken                                    -> Err |
+		gone                                      -> Destroyed
+	) >~RTR,
+
+	Rts: (
+		( QSM_EV_QP_TO_RTS | QSM_EV_COMM_EST )    -> Rts |
+		QSM_EV_QP_TO_SQD                          -> Sqd |
+		QSM_EV_SQ_ERROR                           -> Sqe |
+		to_reset                                  -> Reset |
+		broken                                    -> Err |
+		gone                                      -> Destroyed
+	) >~RTS,
+
+	Sqd: (
+		( QSM_EV_QP_TO_SQD | QSM_EV_SQ_DRAINED )  -> Sqd |
+		QSM_EV_QP_TO_RTS                          -> Rts |
+		to_reset                                  -> Reset |
+		broken                                    -> Err |
+		gone                                      -> Destroyed
+	) >~SQD,
+
+	# Send queue error: unreliable transports only; RC goes straight to ERR.
+	Sqe: (
+		QSM_EV_QP_TO_RTS                          -> Rts |
+		to_reset                                  -> Reset |
+		broken                                    -> Err |
+		gone                                      -> Destroyed
+	) >~SQE,
+
+	# Flushed completions, the drain marker and LAST_WQE all arrive here.
+	Err: (
+		( broken | QSM_EV_DRAINED | QSM_EV_LAST_WQE ) -> Err |
+		to_reset                                  -> Reset |
+		gone                                      -> Destroyed
+	) >~ERR,
+
+	Destroyed: ( zlen ) >~DESTROYED
+	);
+
+	write data;
+}%%
+
+static int qp_exec(int *csp, int event, struct qsm_edge *edge)
+{
+	QSM_SM_EXEC_PROLOGUE;
+	%% write exec;
+	if (cs == qp_error)
+		return -ENOMSG;
+	*csp = cs;
+	return 0;
+}
+
+static const char *const qp_state_names[] = {
+	[QSM_QP_RESET] = "RESET",
+	[QSM_QP_INIT] = "INIT",
+	[QSM_QP_RTR] = "RTR",
+	[QSM_QP_RTS] = "RTS",
+	[QSM_QP_SQD] = "SQD",
+	[QSM_QP_SQE] = "SQE",
+	[QSM_QP_ERR] = "ERR",
+	[QSM_QP_DESTROYED] = "DESTROYED",
+};
+
+const struct qsm_sm qsm_sm_qp = {
+	.id = QSM_MACHINE_QP,
+	.name = "qp",
+	.nstates = QSM_QP_STATE_COUNT,
+	.start_state = QSM_QP_RESET,
+	.final_state = QSM_QP_DESTROYED,
+	.state_names = qp_state_names,
+	.start_cs = qp_start,
+	.error_cs = qp_error,
+	.exec = qp_exec,
+};

@@ -1,0 +1,193 @@
+/* rdma-qsm: the public, side-effect-free view of the generated machines (names, edges),
+ * and the map from the stable state names to Ragel's internal state numbers. */
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "sm.h"
+
+#define MAX_CS 64
+
+static const struct qsm_sm *const machines[QSM_MACHINE_COUNT] = {
+	[QSM_MACHINE_CM_ID] = &qsm_sm_cm_id,
+	[QSM_MACHINE_ACCEPT] = &qsm_sm_accept,
+	[QSM_MACHINE_LISTENER] = &qsm_sm_listener,
+	[QSM_MACHINE_QP] = &qsm_sm_qp,
+};
+
+static const char *const event_names[QSM_EV_LIMIT] = {
+#define EV(n) [QSM_EV_##n] = #n
+	EV(ADDR_RESOLVED), EV(ADDR_ERROR), EV(ROUTE_RESOLVED), EV(ROUTE_ERROR),
+	EV(CONNECT_REQUEST), EV(CONNECT_RESPONSE), EV(CONNECT_ERROR), EV(UNREACHABLE),
+	EV(REJECTED), EV(ESTABLISHED), EV(DISCONNECTED), EV(DEVICE_REMOVAL),
+	EV(MULTICAST_JOIN), EV(MULTICAST_ERROR), EV(ADDR_CHANGE), EV(TIMEWAIT_EXIT),
+	EV(CONNECT), EV(ACCEPT), EV(REJECT), EV(DISCONNECT), EV(DESTROY), EV(LISTEN), EV(READY),
+	EV(RETRY), EV(TIMEOUT), EV(GIVE_UP),
+	EV(QP_FATAL), EV(DRAINED), EV(WC_ERROR), EV(SQ_ERROR), EV(SQ_DRAINED), EV(COMM_EST),
+	EV(LAST_WQE), EV(QP_TO_RESET), EV(QP_TO_INIT), EV(QP_TO_RTR), EV(QP_TO_RTS),
+	EV(QP_TO_SQD), EV(QP_TO_ERR),
+	EV(DEVICE_ADDED),
+	EV(ABORT),
+#undef EV
+};
+
+static const char *const action_names[QSM_ACT_LIMIT] = {
+	[QSM_ACT_RESOLVE_ADDR] = "resolve_addr",
+	[QSM_ACT_RESOLVE_ROUTE] = "resolve_route",
+	[QSM_ACT_CONNECT] = "connect",
+	[QSM_ACT_ESTABLISH] = "establish",
+	[QSM_ACT_DISCONNECT] = "disconnect",
+	[QSM_ACT_START_DRAIN] = "start_drain",
+	[QSM_ACT_RELEASE_ID] = "release_id",
+	[QSM_ACT_ARM_RETRY] = "arm_retry",
+	[QSM_ACT_RETRY_NOW] = "retry_now",
+	[QSM_ACT_RELEASE_DEVICE] = "release_device",
+	[QSM_ACT_RELEASE_ALL] = "release_all",
+	[QSM_ACT_NOTIFY_REQUEST] = "notify_request",
+	[QSM_ACT_ACCEPT] = "accept",
+	[QSM_ACT_REJECT] = "reject",
+	[QSM_ACT_SPAWN_PASSIVE] = "spawn_passive",
+	[QSM_ACT_RELEASE_LISTEN_ID] = "release_listen_id",
+	[QSM_ACT_TRY_LISTEN] = "try_listen",
+};
+
+const char *qsm_event_name(int event)
+{
+	if (event <= 0 || event >= QSM_EV_LIMIT)
+		return NULL;
+	return event_names[event];
+}
+
+int qsm_event_from_name(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
+		if (event_names[ev] && strcmp(event_names[ev], name) == 0)
+			return ev;
+	return -EINVAL;
+}
+
+const char *qsm_action_name(enum qsm_action a)
+{
+	if ((int)a <= 0 || a >= QSM_ACT_LIMIT)
+		return NULL;
+	return action_names[a];
+}
+
+const struct qsm_sm *qsm_sm_get(enum qsm_machine m)
+{
+	if ((unsigned int)m >= QSM_MACHINE_COUNT)
+		return NULL;
+	return machines[m];
+}
+
+/*
+ * Ragel numbers its states as it likes; the .rl names each state on arrival.
+ * Walking every edge from the start state once gives the name -> number map.
+ * Every named state must be reachable, which the machine tests check.
+ */
+static int state_cs[QSM_MACHINE_COUNT][MAX_CS];
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+
+static void map_machine(const struct qsm_sm *sm)
+{
+	int *map = state_cs[sm->id];
+	int queue[MAX_CS], head = 0, tail = 0;
+	char seen[MAX_CS] = { 0 };
+
+	for (int s = 0; s < MAX_CS; s++)
+		map[s] = -1;
+	map[sm->start_state] = sm->start_cs;
+	queue[tail++] = sm->start_cs;
+	seen[sm->start_cs] = 1;
+	while (head < tail) {
+		int from = queue[head++];
+
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++) {
+			struct qsm_edge edge;
+			int cs = from;
+
+			if (!event_names[ev] || sm->exec(&cs, ev, &edge) < 0)
+				continue;
+			if (cs < 0 || cs >= MAX_CS || edge.target < 0 || edge.target >= sm->nstates)
+				continue;
+			map[edge.target] = cs;
+			if (!seen[cs]) {
+				seen[cs] = 1;
+				queue[tail++] = cs;
+			}
+		}
+	}
+}
+
+static void map_all(void)
+{
+	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
+		map_machine(machines[m]);
+}
+
+int qsm_sm_cs(const struct qsm_sm *sm, int state)
+{
+	pthread_once(&map_once, map_all);
+	if (state < 0 || state >= sm->nstates)
+		return -EINVAL;
+	return state_cs[sm->id][state];
+}
+
+const char *qsm_machine_name(enum qsm_machine m)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+
+	return sm ? sm->name : NULL;
+}
+
+int qsm_machine_state_count(enum qsm_machine m)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+
+	return sm ? sm->nstates : -EINVAL;
+}
+
+int qsm_machine_start_state(enum qsm_machine m)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+
+	return sm ? sm->start_state : -EINVAL;
+}
+
+int qsm_machine_is_final(enum qsm_machine m, int state)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+
+	if (!sm || state < 0 || state >= sm->nstates)
+		return -EINVAL;
+	return state == sm->final_state;
+}
+
+const char *qsm_state_name(enum qsm_machine m, int state)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+
+	if (!sm || state < 0 || state >= sm->nstates)
+		return NULL;
+	return sm->state_names[state];
+}
+
+int qsm_machine_next(enum qsm_machine m, int state, int event, struct qsm_edge *edge)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+	struct qsm_edge scratch;
+	int cs, r;
+
+	if (!sm || !qsm_event_name(event))
+		return -EINVAL;
+	cs = qsm_sm_cs(sm, state);
+	if (cs < 0)
+		return -EINVAL;
+	r = sm->exec(&cs, event, edge ? edge : &scratch);
+	if (r < 0)
+		return r;
+	return (edge ? edge : &scratch)->target;
+}

@@ -1,0 +1,49 @@
+/* rdma-qsm internal: how the Ragel-generated machines (the sm/ directory) plug into the runtime.
+ * A machine is pure: stepping it computes the target state and the actions, nothing else. */
+#ifndef QSM_SM_H
+#define QSM_SM_H
+
+#include <errno.h>
+#include <qsm/machine.h>
+
+struct qsm_sm {
+	enum qsm_machine id;
+	const char *name;
+	int nstates;
+	int start_state;
+	int final_state;
+	const char *const *state_names;
+	int start_cs;
+	int error_cs;
+	/* Feed one event from Ragel state *cs.  On an edge: 0, *cs updated, edge filled.
+	 * No edge: -ENOMSG, *cs untouched. */
+	int (*exec)(int *cs, int event, struct qsm_edge *edge);
+};
+
+extern const struct qsm_sm qsm_sm_cm_id;
+extern const struct qsm_sm qsm_sm_accept;
+extern const struct qsm_sm qsm_sm_listener;
+extern const struct qsm_sm qsm_sm_qp;
+
+/* The machine for an id, or NULL. */
+const struct qsm_sm *qsm_sm_get(enum qsm_machine m);
+
+/* Ragel's state number for a named state (found once by walking the machine). */
+int qsm_sm_cs(const struct qsm_sm *sm, int state);
+
+/* Used by the .rl actions: record what the edge does and where it goes. */
+#define QSM_SM_ACT(a) do { \
+		if (edge->nactions < QSM_EDGE_MAX_ACTIONS) \
+			edge->actions[edge->nactions++] = (a); \
+	} while (0)
+#define QSM_SM_TO(s) (edge->target = (s))
+
+/* The body every generated exec function shares. */
+#define QSM_SM_EXEC_PROLOGUE \
+	int cs = *csp; \
+	const int *p = &event; \
+	const int *pe = p + 1; \
+	edge->target = -1; \
+	edge->nactions = 0
+
+#endif
