@@ -7,6 +7,8 @@
 
 #include <qsm/machine.h>
 
+#include "check_main.h"
+
 #define A(x) QSM_ACT_##x
 
 struct spec_edge {
@@ -649,13 +651,4 @@ static Suite *machines_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(machines_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+QSM_CHECK_MAIN(machines_suite)

@@ -5,5 +5,7 @@
 
 #include <qsm/events.h>
 #include <qsm/machine.h>
+#include <qsm/ctx.h>
+#include <qsm/sim.h>
 
 #endif

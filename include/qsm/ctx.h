@@ -1,0 +1,200 @@
+/* rdma-qsm: the runtime.  A ctx drives queues (connections), listeners and devices through
+ * the generated machines and calls the ULP's per-state handlers; it never owns the event loop. */
+#ifndef QSM_CTX_H
+#define QSM_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <qsm/events.h>
+#include <qsm/machine.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qsm_ctx;
+struct qsm_conn;
+struct qsm_listener;
+struct qsm_fabric;
+
+/*
+ * Lifetime rules (see qsm(7)):
+ * - One ctx per thread.  Every callback runs inside qsm_ctx_dispatch() of the queue's ctx,
+ *   one at a time, so callbacks of one queue are serialised by construction.
+ * - A downcall (connect, accept, disconnect, ready, destroy) never calls back from inside
+ *   itself: the event it causes is queued and dispatched next.
+ * - A handler returning non-zero destroys its queue: the queue takes its ABORT edge and no
+ *   callback is made for it ever again.  So does qsm_conn_destroy(), from anywhere,
+ *   including the queue's own handler (memory is freed after that handler returns).
+ * - Every event reaches a handler of the queue's class (or of its super classes, ending in
+ *   the base class), or the `unexpected` handler when the machine has no edge for it.
+ */
+
+/* What a handler is told about the event that ran it. */
+struct qsm_event_info {
+	int event;                  /* QSM_EV_* */
+	int status;                 /* rdma_cm status (negative errno or reject reason), or 0 */
+	int from;                   /* state before the edge */
+	int to;                     /* state after it (== from for a self-loop or unexpected) */
+	const void *private_data;   /* CONNECT_REQUEST, ESTABLISHED, REJECTED: peer's bytes */
+	size_t private_data_len;
+};
+
+typedef int (*qsm_handler_fn)(struct qsm_conn *q, const struct qsm_event_info *ev);
+
+/* Per-state hooks; an empty slot falls back to the super class. */
+struct qsm_state_handlers {
+	qsm_handler_fn enter;       /* after the edge's actions, on arrival (not on self-loops) */
+	qsm_handler_fn exit;        /* before the edge's actions, on leaving */
+	qsm_handler_fn on_event;    /* every event that has an edge here, before exit */
+};
+
+struct qsm_qp_caps {
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+};
+
+/*
+ * A class: the ULP's "subclass" of the library's base class.  Static and const; the
+ * library never writes to it.  Slots left NULL are looked up in `super`, then in the
+ * base class (qsm_base_class), whose defaults are correct for every edge:
+ *   - CONNECTED.enter: calls qsm_conn_ready() (no ULP handshake)
+ *   - passive REQUESTED.enter: accepts with no private data
+ *   - unexpected: counts the event and traces it, returns 0
+ *   - device_removed: nothing (the library releases everything on the device)
+ */
+struct qsm_class {
+	const char *name;
+	const struct qsm_class *super;
+	size_t priv_size;                                  /* bytes of qsm_conn_priv(); 0 ok */
+	struct qsm_state_handlers active[QSM_CM_STATE_COUNT];
+	struct qsm_state_handlers passive[QSM_ACCEPT_STATE_COUNT];
+	qsm_handler_fn unexpected;
+	qsm_handler_fn device_removed;                     /* drop your MRs on the device here */
+	void (*release)(struct qsm_conn *q);               /* last call, not after ABORT; free yours */
+	struct qsm_qp_caps qp;                             /* 0 = library default */
+};
+
+extern const struct qsm_class qsm_base_class;
+
+struct qsm_reconnect_policy {
+	uint32_t initial_delay_ms;  /* first retry after this; 0 = 100 ms */
+	uint32_t max_delay_ms;      /* backoff cap; 0 = 10 s */
+	uint32_t multiplier_pct;    /* next = prev * pct / 100; 0 = 200 */
+	uint32_t jitter_pct;        /* +- this % of each delay, from the ctx's seeded PRNG */
+	uint32_t max_attempts;      /* 0 = unlimited; GIVE_UP after this many failed attempts */
+	uint32_t loss_timeout_ms;   /* 0 = never; GIVE_UP this long after the connection was lost */
+};
+
+/* Per-step timeouts; 0 = default. */
+struct qsm_timeouts {
+	uint32_t resolve_ms;        /* addr and route resolution (default 2000) */
+	uint32_t connect_ms;        /* CONNECTING / ACCEPTING (default 5000) */
+	uint32_t handshake_ms;      /* CONNECTED until READY (default 0 = none) */
+	uint32_t disconnect_ms;     /* DISCONNECTING (default 2000) */
+	uint32_t drain_ms;          /* DRAINING / CLOSING (default 2000) */
+	uint32_t request_ms;        /* passive REQUESTED undecided (default 5000) */
+};
+
+struct qsm_counters {
+	uint64_t events[QSM_EV_LIMIT];   /* dispatched, by event */
+	uint64_t dispatched;             /* all events dispatched to a machine */
+	uint64_t transitions;            /* edges taken (self-loops included) */
+	uint64_t unexpected;             /* events with no edge */
+	uint64_t dropped;                /* events for a queue already destroyed */
+	uint64_t reconnects;             /* RETRY edges taken */
+	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
+	uint64_t aborts;                 /* handlers that returned non-zero */
+	uint64_t action_errors;          /* actions that failed and were fed back as events */
+	uint64_t queues_live;            /* queues not yet freed */
+	uint64_t devices_live;           /* devices the registry holds */
+};
+
+struct qsm_trace_record {
+	uint64_t time_ns;
+	const char *kind;                /* "conn", "passive", "listener" */
+	const char *class_name;
+	uint32_t id;                     /* per-ctx serial number of the object */
+	const char *from, *event, *to;   /* to == NULL: unexpected */
+	int status;
+};
+typedef void (*qsm_trace_fn)(const struct qsm_trace_record *r, void *arg);
+
+struct qsm_ctx_opts {
+	struct qsm_fabric *fabric;       /* required; the ctx owns it from now on */
+	uint64_t seed;                   /* PRNG for jitter; 0 = fixed default */
+	/* Clock for timers (CLOCK_MONOTONIC if NULL); tests use a virtual one. */
+	uint64_t (*now_ns)(void *arg);
+	void *now_arg;
+};
+
+int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts);
+/* Destroys every queue and listener without callbacks, then the fabric. NULL is fine. */
+void qsm_ctx_free(struct qsm_ctx *ctx);
+/* One fd to poll for reading: the fabric's events and the ctx's timers. */
+int qsm_ctx_fd(struct qsm_ctx *ctx);
+/* Dispatches at most @budget events (0 = 64); never blocks. Returns how many, or -errno. */
+int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget);
+/* Milliseconds until the next timer (-1: none, 0: work is pending now). */
+int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx);
+/* Polls and dispatches until qsm_ctx_stop() or @timeout_ms (-1: forever). Returns 0 or -errno. */
+int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms);
+void qsm_ctx_stop(struct qsm_ctx *ctx);
+int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out);
+/* Trace every transition to @fn (NULL: off).  QSM_TRACE=1 in the environment prints to stderr. */
+int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg);
+
+struct qsm_conn_opts {
+	const struct qsm_class *cls;     /* required */
+	const struct sockaddr *dst;      /* required */
+	const struct sockaddr *src;      /* optional */
+	struct qsm_reconnect_policy policy;
+	struct qsm_timeouts timeouts;
+	const void *private_data;        /* sent with every connect; at most 56 bytes */
+	size_t private_data_len;
+	void *user;                      /* qsm_conn_user() */
+};
+
+/* A new active queue in IDLE.  Freed by qsm_conn_destroy() or a handler's non-zero return. */
+int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *opts, struct qsm_conn **ret);
+int qsm_conn_connect(struct qsm_conn *q);
+int qsm_conn_disconnect(struct qsm_conn *q);
+int qsm_conn_ready(struct qsm_conn *q);
+/* Passive queues, from the REQUESTED state: pdata at most 196 (accept) / 148 (reject) bytes. */
+int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len);
+int qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len);
+/* No callback for @q after this returns; safe inside @q's own handler. */
+int qsm_conn_destroy(struct qsm_conn *q);
+
+void *qsm_conn_priv(struct qsm_conn *q);
+void *qsm_conn_user(struct qsm_conn *q);
+struct qsm_ctx *qsm_conn_ctx(struct qsm_conn *q);
+int qsm_conn_is_passive(struct qsm_conn *q);
+/* State in the queue's machine (enum qsm_cm_state, or enum qsm_accept_state if passive). */
+int qsm_conn_state(struct qsm_conn *q);
+const char *qsm_conn_state_name(struct qsm_conn *q);
+int qsm_conn_qp_state(struct qsm_conn *q);          /* enum qsm_qp_state; -ENOENT: no QP */
+uint32_t qsm_conn_attempts(struct qsm_conn *q);     /* failed attempts since last ESTABLISHED */
+
+struct qsm_listener_opts {
+	const struct sockaddr *addr;     /* required; a device address or the wildcard */
+	const struct qsm_class *cls;     /* class of the passive queues; required */
+	int backlog;                     /* 0 = 128 */
+	struct qsm_reconnect_policy relisten;  /* delays between listen attempts after removal */
+	struct qsm_timeouts timeouts;    /* for the passive queues */
+	void *user;
+};
+
+/* Binds and listens now (errors returned here), then LISTENING once dispatched. */
+int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *opts,
+		     struct qsm_listener **ret);
+int qsm_listener_destroy(struct qsm_listener *l);
+int qsm_listener_state(struct qsm_listener *l);    /* enum qsm_listener_state */
+void *qsm_listener_user(struct qsm_listener *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

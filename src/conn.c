@@ -1,0 +1,555 @@
+/* rdma-qsm: queues (active and passive connections).  Each event goes through the queue's
+ * generated machine; the runtime carries out the edge's actions and calls the class's handlers. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+#define PDATA_CONNECT_MAX 56
+#define PDATA_ACCEPT_MAX 196
+#define PDATA_REJECT_MAX 148
+
+static const struct qsm_fabric_qp_attr default_qp = {
+	.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
+};
+
+static const char *kind_of(const struct qsm_conn *q)
+{
+	return q->passive ? "passive" : "conn";
+}
+
+static const char *state_name(const struct qsm_conn *q, int s)
+{
+	return q->sm->state_names[s];
+}
+
+/* ---- the QP machine: fed by every modify, async event and error completion ---- */
+
+static void qp_feed(struct qsm_conn *q, int event)
+{
+	struct qsm_edge e;
+	int cs;
+
+	if (!q->has_qp)
+		return;
+	cs = qsm_sm_cs(&qsm_sm_qp, q->qp_state);
+	if (qsm_sm_qp.exec(&cs, event, &e) == 0)
+		q->qp_state = (uint8_t)e.target;
+	if (q->qp_state == QSM_QP_DESTROYED)
+		q->has_qp = false;
+}
+
+/* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
+
+static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
+{
+	if (!fn || q->dead)
+		return;
+	if (fn(q, ev) != 0 && !q->dead) {
+		q->dead = true;
+		q->abort_pending = true;
+		q->ctx->counters.aborts++;
+	}
+}
+
+/* ---- actions ---- */
+
+static void release_id(struct qsm_conn *q)
+{
+	if (!q->id)
+		return;
+	qp_feed(q, QSM_EV_DESTROY);
+	q->has_qp = false;
+	q->ctx->ops->destroy_id(q->id);
+	qsm_forget_id(q->ctx, q->id);
+	q->id = NULL;
+}
+
+/* A call that failed now is fed back as the event its asynchronous failure would be. */
+static void feed_back(struct qsm_conn *q, int event, int err)
+{
+	q->ctx->counters.action_errors++;
+	qsm_post(q->ctx, &q->obj, event, err);
+}
+
+static int create_qp(struct qsm_conn *q)
+{
+	struct qsm_fabric_qp_attr a = default_qp;
+	const struct qsm_qp_caps *c = NULL;
+	int r;
+
+	for (const struct qsm_class *k = q->cls; k; k = k->super)
+		if (k->qp.max_send_wr || k->qp.max_recv_wr) {
+			c = &k->qp;
+			break;
+		}
+	if (c) {
+		a.max_send_wr = c->max_send_wr ? c->max_send_wr : a.max_send_wr;
+		a.max_recv_wr = c->max_recv_wr ? c->max_recv_wr : a.max_recv_wr;
+		a.max_send_sge = c->max_send_sge ? c->max_send_sge : a.max_send_sge;
+		a.max_recv_sge = c->max_recv_sge ? c->max_recv_sge : a.max_recv_sge;
+		a.max_inline_data = c->max_inline_data;
+	}
+	r = q->ctx->ops->create_qp(q->id, &a);
+	if (r < 0)
+		return r;
+	q->has_qp = true;
+	q->qp_state = QSM_QP_RESET;
+	qp_feed(q, QSM_EV_QP_TO_INIT);
+	return 0;
+}
+
+static uint32_t ms_or(uint32_t v, uint32_t def)
+{
+	return v ? v : def;
+}
+
+static void arm_retry(struct qsm_conn *q)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	uint64_t now = qsm_now(ctx);
+
+	q->attempts++;
+	if (!q->lost_at_ns)
+		q->lost_at_ns = now;
+	if ((q->policy.max_attempts && q->attempts >= q->policy.max_attempts) ||
+	    (q->policy.loss_timeout_ms &&
+	     now - q->lost_at_ns >= (uint64_t)q->policy.loss_timeout_ms * 1000000ull)) {
+		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, 0);
+		return;
+	}
+	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
+}
+
+static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	const struct qsm_fabric_ops *ops = ctx->ops;
+	int r;
+
+	switch (a) {
+	case QSM_ACT_RESOLVE_ADDR:
+		release_id(q);
+		r = ops->create_id(ctx->fabric, &q->obj, &q->id);
+		if (r < 0) {
+			q->id = NULL;
+			feed_back(q, QSM_EV_ADDR_ERROR, r);
+			break;
+		}
+		r = ops->resolve_addr(q->id, q->has_src ? &q->src.sa : NULL, &q->dst.sa,
+				      (int)ms_or(q->timeouts.resolve_ms, 2000));
+		if (r < 0)
+			feed_back(q, QSM_EV_ADDR_ERROR, r);
+		break;
+	case QSM_ACT_RESOLVE_ROUTE: {
+		struct qsm_fdev *d = ops->id_device(q->id);
+
+		if (d && (!q->dev || q->dev->fdev != d)) {
+			qsm_device_detach(q);
+			qsm_device_attach(q, d);
+		}
+		r = ops->resolve_route(q->id, (int)ms_or(q->timeouts.resolve_ms, 2000));
+		if (r < 0)
+			feed_back(q, QSM_EV_ROUTE_ERROR, r);
+		break;
+	}
+	case QSM_ACT_CONNECT:
+		r = create_qp(q);
+		if (r == 0)
+			r = ops->connect(q->id, q->pdata, q->pdata_len);
+		if (r < 0)
+			feed_back(q, QSM_EV_CONNECT_ERROR, r);
+		break;
+	case QSM_ACT_ACCEPT:
+		r = create_qp(q);
+		if (r == 0)
+			r = ops->accept(q->id, q->pdata, q->pdata_len);
+		if (r == 0)
+			qp_feed(q, QSM_EV_QP_TO_RTR), qp_feed(q, QSM_EV_QP_TO_RTS);
+		else
+			feed_back(q, QSM_EV_CONNECT_ERROR, r);
+		break;
+	case QSM_ACT_REJECT:
+		if (q->id)
+			ops->reject(q->id, q->pdata, q->pdata_len);
+		break;
+	case QSM_ACT_ESTABLISH:
+		if (!q->passive)
+			qp_feed(q, QSM_EV_QP_TO_RTR), qp_feed(q, QSM_EV_QP_TO_RTS);
+		q->attempts = 0;
+		q->next_delay_ms = 0;
+		q->lost_at_ns = 0;
+		break;
+	case QSM_ACT_DISCONNECT:
+		r = ops->disconnect(q->id);
+		qp_feed(q, QSM_EV_QP_TO_ERR);
+		if (r < 0)
+			feed_back(q, QSM_EV_DISCONNECTED, r);
+		break;
+	case QSM_ACT_START_DRAIN:
+		if (!q->passive && !q->lost_at_ns)
+			q->lost_at_ns = qsm_now(ctx);
+		/* The peer may already be gone: a failed DREQ does not stop the drain. */
+		ops->disconnect(q->id);
+		r = q->has_qp ? ops->drain(q->id) : -ENOENT;
+		qp_feed(q, QSM_EV_QP_TO_ERR);
+		if (r < 0)
+			feed_back(q, QSM_EV_DRAINED, r);
+		break;
+	case QSM_ACT_RELEASE_ID:
+		release_id(q);
+		break;
+	case QSM_ACT_ARM_RETRY:
+		arm_retry(q);
+		break;
+	case QSM_ACT_RETRY_NOW:
+		q->next_delay_ms = 0;
+		qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, 0);
+		break;
+	case QSM_ACT_RELEASE_DEVICE:
+		ctx->counters.device_removals++;
+		call(q, qsm_class_device_removed(q->cls), ev);
+		release_id(q);
+		qsm_device_detach(q);
+		break;
+	case QSM_ACT_RELEASE_ALL:
+		qsm_timer_cancel(ctx, &q->timer);
+		release_id(q);
+		qsm_device_detach(q);
+		break;
+	case QSM_ACT_NOTIFY_REQUEST:
+		break; /* the REQUESTED.enter handler is the request handler */
+	case QSM_ACT_SPAWN_PASSIVE:
+	case QSM_ACT_RELEASE_LISTEN_ID:
+	case QSM_ACT_TRY_LISTEN:
+		break; /* listener actions: never on a queue's edge */
+	}
+}
+
+/* Per-state timeouts, armed on arrival, cancelled on leaving. */
+static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
+{
+	const struct qsm_timeouts *t = &q->timeouts;
+
+	if (q->passive) {
+		switch (s) {
+		case QSM_ACCEPT_REQUESTED: return ms_or(t->request_ms, 5000);
+		case QSM_ACCEPT_ACCEPTING: return ms_or(t->connect_ms, 5000);
+		case QSM_ACCEPT_CONNECTED: return t->handshake_ms;
+		case QSM_ACCEPT_DISCONNECTING: return ms_or(t->disconnect_ms, 2000);
+		case QSM_ACCEPT_DRAINING: return ms_or(t->drain_ms, 2000);
+		default: return 0;
+		}
+	}
+	switch (s) {
+	case QSM_CM_ADDR_RESOLVING:
+	case QSM_CM_ROUTE_RESOLVING: return ms_or(t->resolve_ms, 2000) + 1000;
+	case QSM_CM_CONNECTING: return ms_or(t->connect_ms, 5000);
+	case QSM_CM_CONNECTED: return t->handshake_ms;
+	case QSM_CM_DISCONNECTING: return ms_or(t->disconnect_ms, 2000);
+	case QSM_CM_DRAINING:
+	case QSM_CM_CLOSING: return ms_or(t->drain_ms, 2000);
+	default: return 0;
+	}
+}
+
+/* Last step of a queue: off every list; memory goes when no queued event points here. */
+static void conn_close(struct qsm_conn *q)
+{
+	void (*release)(struct qsm_conn *) = qsm_class_release(q->cls);
+
+	if (release && !q->dead)
+		release(q);
+	q->dead = true;
+	q->obj.closed = true;
+	qsm_timer_cancel(q->ctx, &q->timer);
+	release_id(q);
+	qsm_device_detach(q);
+	qsm_list_del(&q->node);
+	q->ctx->counters.queues_live--;
+}
+
+static void step(struct qsm_conn *q, int event, int status, const void *pdata, size_t pdata_len)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	struct qsm_event_info info = {
+		.event = event, .status = status, .from = q->state, .to = q->state,
+		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
+	};
+	struct qsm_edge edge;
+	int cs = qsm_sm_cs(q->sm, q->state);
+	bool moved;
+
+	ctx->counters.dispatched++;
+	ctx->counters.events[event]++;
+	if (q->sm->exec(&cs, event, &edge) < 0) {
+		ctx->counters.unexpected++;
+		qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
+			  NULL, status);
+		call(q, qsm_class_unexpected(q->cls), &info);
+		return;
+	}
+	info.to = edge.target;
+	moved = edge.target != q->state;
+	call(q, qsm_class_on_event(q->cls, q->passive, q->state), &info);
+	if (moved) {
+		call(q, qsm_class_exit(q->cls, q->passive, q->state), &info);
+		qsm_timer_cancel(ctx, &q->timer);
+	}
+	for (unsigned int i = 0; i < edge.nactions; i++)
+		run_action(q, edge.actions[i], &info);
+	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
+		  state_name(q, edge.target), status);
+	q->state = (uint8_t)edge.target;
+	ctx->counters.transitions++;
+	if (event == QSM_EV_RETRY)
+		ctx->counters.reconnects++;
+	if (q->state == q->sm->final_state) {
+		conn_close(q);
+		return;
+	}
+	if (moved) {
+		uint32_t t = state_timeout_ms(q, q->state);
+
+		if (t)
+			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
+		call(q, qsm_class_enter(q->cls, q->passive, q->state), &info);
+	}
+}
+
+void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
+{
+	struct qsm_ctx *ctx = q->ctx;
+
+	if (q->obj.closed || (q->dead && it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT) ||
+	    (it->id && it->id != q->id)) {
+		/* destroyed, or an event of an id this queue already let go of */
+		ctx->counters.dropped++;
+		return;
+	}
+	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR)
+		qp_feed(q, it->event);
+	else if (it->event == QSM_EV_DRAINED)
+		qp_feed(q, QSM_EV_DRAINED);
+	step(q, it->event == QSM_EV_WC_ERROR ? QSM_EV_QP_FATAL : it->event, it->status, it->pdata,
+	     it->pdata_len);
+	if (q->abort_pending && !q->obj.closed) {
+		q->abort_pending = false;
+		step(q, QSM_EV_ABORT, 0, NULL, 0);
+	}
+}
+
+/* ---- construction and the public calls ---- */
+
+static int addr_copy(union qsm_addr *dst, const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		memcpy(&dst->sin, sa, sizeof(dst->sin));
+	else if (sa->sa_family == AF_INET6)
+		memcpy(&dst->sin6, sa, sizeof(dst->sin6));
+	else
+		return -EAFNOSUPPORT;
+	return 0;
+}
+
+static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *cls, bool passive)
+{
+	struct qsm_conn *q = calloc(1, sizeof(*q) + qsm_class_priv_size(cls));
+
+	if (!q)
+		return NULL;
+	q->obj.kind = QSM_OBJ_CONN;
+	q->obj.serial = ++ctx->next_serial;
+	q->ctx = ctx;
+	q->cls = cls;
+	q->passive = passive;
+	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
+	q->state = (uint8_t)q->sm->start_state;
+	q->timer.heap_idx = UINT32_MAX;
+	q->timer.owner = &q->obj;
+	qsm_list_init(&q->dev_node);
+	qsm_list_add_tail(&ctx->conns, &q->node);
+	ctx->counters.queues_live++;
+	return q;
+}
+
+int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_conn **ret)
+{
+	struct qsm_conn *q;
+	union qsm_addr dst, src;
+	int r;
+
+	if (!ctx || !o || !ret || !o->cls || !o->dst)
+		return -EINVAL;
+	if (o->private_data_len > PDATA_CONNECT_MAX || (o->private_data_len && !o->private_data))
+		return -EINVAL;
+	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
+		return r;
+	if (o->src && o->src->sa_family != o->dst->sa_family)
+		return -EINVAL;
+	q = conn_alloc(ctx, o->cls, false);
+	if (!q)
+		return -ENOMEM;
+	q->dst = dst;
+	if (o->src) {
+		q->src = src;
+		q->has_src = true;
+	}
+	q->policy = o->policy;
+	q->timeouts = o->timeouts;
+	q->user = o->user;
+	q->pdata_len = (uint8_t)o->private_data_len;
+	if (o->private_data_len)
+		memcpy(q->pdata, o->private_data, o->private_data_len);
+	*ret = q;
+	return 0;
+}
+
+/* Spawned on the listener's CONNECT_REQUEST: the new id becomes the queue's. */
+int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
+{
+	struct qsm_ctx *ctx = l->ctx;
+	struct qsm_conn *q = conn_alloc(ctx, l->cls, true);
+	struct qsm_fdev *d;
+	int r;
+
+	if (!q)
+		return -ENOMEM;
+	q->id = it->id;
+	q->user = l->user;
+	q->listener = l;
+	q->timeouts = l->timeouts;
+	ctx->ops->set_owner(q->id, &q->obj);
+	d = ctx->ops->id_device(q->id);
+	if (d)
+		qsm_device_attach(q, d);
+	r = qsm_post_copy(ctx, &q->obj, it);
+	if (r < 0)
+		qsm_conn_teardown(q);
+	return r;
+}
+
+static int downcall(struct qsm_conn *q, int event)
+{
+	if (!q || q->dead)
+		return -EINVAL;
+	if (qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
+		return -EINVAL;
+	return qsm_post(q->ctx, &q->obj, event, 0);
+}
+
+int qsm_conn_connect(struct qsm_conn *q)
+{
+	if (q && q->passive)
+		return -EOPNOTSUPP;
+	if (q && !q->dead && q->state == QSM_CM_FAILED) {
+		q->attempts = 0;
+		q->next_delay_ms = 0;
+		q->lost_at_ns = 0;
+	}
+	return downcall(q, QSM_EV_CONNECT);
+}
+
+int qsm_conn_disconnect(struct qsm_conn *q)
+{
+	return downcall(q, QSM_EV_DISCONNECT);
+}
+
+int qsm_conn_ready(struct qsm_conn *q)
+{
+	return downcall(q, QSM_EV_READY);
+}
+
+static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, size_t max)
+{
+	if (!q || !q->passive || len > max || (len && !pdata))
+		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
+	if (q->dead || q->state != QSM_ACCEPT_REQUESTED)
+		return -EINVAL;
+	q->pdata_len = (uint8_t)len;
+	if (len)
+		memcpy(q->pdata, pdata, len);
+	return downcall(q, event);
+}
+
+int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
+{
+	return decide(q, QSM_EV_ACCEPT, pdata, len, PDATA_ACCEPT_MAX);
+}
+
+int qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len)
+{
+	return decide(q, QSM_EV_REJECT, pdata, len, PDATA_REJECT_MAX);
+}
+
+int qsm_conn_destroy(struct qsm_conn *q)
+{
+	int r;
+
+	if (!q || q->dead)
+		return -EINVAL;
+	r = qsm_post(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
+	if (r < 0)
+		return r;
+	q->dead = true; /* from now on: no callback */
+	return 0;
+}
+
+/* ctx teardown: no callbacks, no events; everything released now. */
+void qsm_conn_teardown(struct qsm_conn *q)
+{
+	q->dead = true;
+	if (q->passive && q->state == QSM_ACCEPT_REQUESTED && q->id)
+		q->ctx->ops->reject(q->id, NULL, 0);
+	conn_close(q);
+	if (!q->obj.refs)
+		qsm_conn_free(q);
+}
+
+void qsm_conn_free(struct qsm_conn *q)
+{
+	free(q);
+}
+
+void *qsm_conn_priv(struct qsm_conn *q)
+{
+	return q ? q->priv : NULL;
+}
+
+void *qsm_conn_user(struct qsm_conn *q)
+{
+	return q ? q->user : NULL;
+}
+
+struct qsm_ctx *qsm_conn_ctx(struct qsm_conn *q)
+{
+	return q ? q->ctx : NULL;
+}
+
+int qsm_conn_is_passive(struct qsm_conn *q)
+{
+	return q ? q->passive : -EINVAL;
+}
+
+int qsm_conn_state(struct qsm_conn *q)
+{
+	return q ? q->state : -EINVAL;
+}
+
+const char *qsm_conn_state_name(struct qsm_conn *q)
+{
+	return q ? state_name(q, q->state) : NULL;
+}
+
+int qsm_conn_qp_state(struct qsm_conn *q)
+{
+	if (!q)
+		return -EINVAL;
+	return q->has_qp ? q->qp_state : -ENOENT;
+}
+
+uint32_t qsm_conn_attempts(struct qsm_conn *q)
+{
+	return q ? q->attempts : 0;
+}

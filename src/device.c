@@ -1,0 +1,126 @@
+/* rdma-qsm: the device registry.  While any queue uses a device, a sentinel id bound to the
+ * device receives DEVICE_REMOVAL, so that queues in the reconnect gap (no id) hear it too. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+static struct qsm_device *find(struct qsm_ctx *ctx, struct qsm_fdev *fdev)
+{
+	for (struct qsm_list *n = ctx->devices.next; n != &ctx->devices; n = n->next) {
+		struct qsm_device *d = qsm_container_of(n, struct qsm_device, node);
+
+		if (d->fdev == fdev && !d->removing)
+			return d;
+	}
+	return NULL;
+}
+
+static void open_sentinel(struct qsm_device *d)
+{
+	const struct qsm_fabric_ops *ops = d->ctx->ops;
+	struct sockaddr_storage ss;
+
+	if (ops->device_addr(d->fdev, &ss) < 0 || ops->create_id(d->ctx->fabric, &d->obj, &d->sentinel) < 0) {
+		d->sentinel = NULL;
+		return;
+	}
+	if (ops->bind(d->sentinel, (struct sockaddr *)&ss) < 0) {
+		ops->destroy_id(d->sentinel);
+		d->sentinel = NULL;
+	}
+}
+
+int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	struct qsm_device *d = find(ctx, fdev);
+
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		d->obj.kind = QSM_OBJ_DEVICE;
+		d->obj.serial = ++ctx->next_serial;
+		d->ctx = ctx;
+		d->fdev = fdev;
+		qsm_list_init(&d->conns);
+		ctx->ops->device_get(fdev);
+		open_sentinel(d);
+		qsm_list_add_tail(&ctx->devices, &d->node);
+		ctx->counters.devices_live++;
+	}
+	q->dev = d;
+	qsm_list_add_tail(&d->conns, &q->dev_node);
+	return 0;
+}
+
+static void device_close(struct qsm_device *d)
+{
+	struct qsm_ctx *ctx = d->ctx;
+
+	if (d->obj.closed)
+		return;
+	d->obj.closed = true;
+	if (d->sentinel) {
+		ctx->ops->destroy_id(d->sentinel);
+		qsm_forget_id(ctx, d->sentinel);
+		d->sentinel = NULL;
+	}
+	ctx->ops->device_put(d->fdev);
+	qsm_list_del(&d->node);
+	ctx->counters.devices_live--;
+}
+
+void qsm_device_detach(struct qsm_conn *q)
+{
+	struct qsm_device *d = q->dev;
+
+	if (!d)
+		return;
+	q->dev = NULL;
+	qsm_list_del(&q->dev_node);
+	if (qsm_list_empty(&d->conns)) {
+		device_close(d);
+		if (!d->obj.refs)
+			free(d);
+	}
+}
+
+/* The sentinel's DEVICE_REMOVAL: every queue on the device takes its edge. */
+void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
+{
+	struct qsm_ctx *ctx = d->ctx;
+
+	if (d->obj.closed || it->event != QSM_EV_DEVICE_REMOVAL) {
+		ctx->counters.dropped++;
+		return;
+	}
+	qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, "IN_USE", it->event,
+		  "REMOVING", it->status);
+	d->removing = true;
+	if (d->sentinel) {
+		ctx->ops->destroy_id(d->sentinel);
+		qsm_forget_id(ctx, d->sentinel);
+		d->sentinel = NULL;
+	}
+	for (struct qsm_list *n = d->conns.next; n != &d->conns; n = n->next) {
+		struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, dev_node);
+
+		qsm_post(ctx, &q->obj, QSM_EV_DEVICE_REMOVAL, it->status);
+	}
+}
+
+void qsm_device_free(struct qsm_device *d)
+{
+	/* ctx teardown: queues are gone by now */
+	while (!qsm_list_empty(&d->conns)) {
+		struct qsm_conn *q = qsm_container_of(d->conns.next, struct qsm_conn, dev_node);
+
+		q->dev = NULL;
+		qsm_list_del(&q->dev_node);
+	}
+	device_close(d);
+	if (d->obj.refs == 0 || d->obj.closed)
+		free(d);
+}

@@ -1,0 +1,108 @@
+/* rdma-qsm internal: the one interface between the runtime and a fabric backend
+ * (rdmacm: librdmacm + libibverbs, the product; sim: deterministic, in-process). */
+#ifndef QSM_FABRIC_H
+#define QSM_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <qsm/events.h>
+
+/*
+ * Contract, shaped on librdmacm so that the rdmacm backend is a thin mapping:
+ *
+ * - A fabric belongs to one ctx (one thread).  Nothing in it is thread safe.
+ * - An id is the fabric's rdma_cm_id.  It is created with an *owner* (an opaque
+ *   pointer of the runtime's: a queue, a listener or a device sentinel) and every
+ *   event for the id carries that owner back.  set_owner() changes it.
+ * - Calls never invoke the runtime: everything asynchronous comes back as an event
+ *   from get_event().  A call that fails returns a negative errno, has no effect,
+ *   and produces no event (e.g. resolve_addr() failing means no ADDR_ERROR follows).
+ * - get_event() never blocks: 0 and *ev filled, or -EAGAIN.  Events are copied
+ *   (private data included) and acked before it returns, so destroy_id() never
+ *   waits on user code.  fd() is readable whenever get_event() may return 0
+ *   (level triggered; spurious wake-ups are allowed).
+ * - destroy_id() destroys the id's QP first if there is one, then the id; after it,
+ *   no event for that id is ever returned (pending ones are dropped) -- except that
+ *   a CONNECT_REQUEST already returned hands ownership of the new id to the runtime.
+ * - Device removal: every id on the device gets QSM_EV_DEVICE_REMOVAL, including an
+ *   id that is only bound (the sentinel).  The runtime then destroys every QP and id
+ *   on the device and calls device_put() for each reference it holds; the removal
+ *   completes when all are gone.  QSM_EV_DEVICE_ADDED (owner NULL, ev->device set)
+ *   reports a device that appeared; the backend reports it when it can (the sim
+ *   always does; rdmacm polls for new devices).
+ * - A struct qsm_fdev stays valid until the fabric is destroyed (events carry no
+ *   reference); device_get() refs are what keep its resources (PD, CQs) alive.
+ * - private_data_len is what the wire carried: IB/RoCE pad to the CM message size
+ *   (REQ 56, REP 196, REJ 148 bytes), iWARP does not.  Handlers must not rely on it.
+ * - A CONNECT_REQUEST never returned when its listening id is destroyed: the backend
+ *   destroys the new id and the active side is rejected.
+ */
+
+struct qsm_fabric;
+struct qsm_fid;          /* an rdma_cm_id */
+struct qsm_fdev;         /* an RDMA device (ibv_context) */
+
+#define QSM_FABRIC_PDATA_MAX 256
+
+struct qsm_fabric_event {
+	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED, WC_ERROR */
+	int status;               /* rdma_cm status: negative errno, or the reject reason for REJECTED */
+	void *owner;              /* owner of `id` at the time the event was taken */
+	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */
+	void *listen_owner;       /* CONNECT_REQUEST: owner of the listening id */
+	struct qsm_fdev *device;  /* DEVICE_ADDED / DEVICE_REMOVAL: the device */
+	size_t private_data_len;
+	uint8_t private_data[QSM_FABRIC_PDATA_MAX];
+};
+
+/* What the runtime asks for when it creates a QP (RC, on the id's device). */
+struct qsm_fabric_qp_attr {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	uint32_t max_inline_data;
+};
+
+struct qsm_fabric_ops {
+	const char *name;
+	void (*destroy)(struct qsm_fabric *f);    /* every id must be gone already */
+	int (*fd)(struct qsm_fabric *f);
+	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev);
+
+	int (*create_id)(struct qsm_fabric *f, void *owner, struct qsm_fid **ret);
+	void (*set_owner)(struct qsm_fid *id, void *owner);
+	void (*destroy_id)(struct qsm_fid *id);
+	int (*bind)(struct qsm_fid *id, const struct sockaddr *addr);
+	int (*listen)(struct qsm_fid *id, int backlog);
+	int (*resolve_addr)(struct qsm_fid *id, const struct sockaddr *src,
+			    const struct sockaddr *dst, int timeout_ms);
+	int (*resolve_route)(struct qsm_fid *id, int timeout_ms);
+	int (*create_qp)(struct qsm_fid *id, const struct qsm_fabric_qp_attr *attr);
+	void (*destroy_qp)(struct qsm_fid *id);
+	int (*connect)(struct qsm_fid *id, const void *pdata, size_t len);
+	int (*accept)(struct qsm_fid *id, const void *pdata, size_t len);
+	int (*reject)(struct qsm_fid *id, const void *pdata, size_t len);
+	int (*disconnect)(struct qsm_fid *id);
+	/* Move the QP to ERR and post a marker; DRAINED comes when its flush completion does. */
+	int (*drain)(struct qsm_fid *id);
+
+	/* The device an id is on (after ADDR_RESOLVED, or bind to a device address), or NULL. */
+	struct qsm_fdev *(*id_device)(struct qsm_fid *id);
+	/* References that keep the device's resources (PD, CQs) alive; removal waits for 0. */
+	void (*device_get)(struct qsm_fdev *d);
+	void (*device_put)(struct qsm_fdev *d);
+	const char *(*device_name)(struct qsm_fdev *d);
+	/* One address served by the device, for the sentinel id's bind; -ENOENT if none. */
+	int (*device_addr)(struct qsm_fdev *d, struct sockaddr_storage *ss);
+	/* The local address an id is bound or resolved to. */
+	int (*id_src_addr)(struct qsm_fid *id, struct sockaddr_storage *ss);
+};
+
+struct qsm_fabric {
+	const struct qsm_fabric_ops *ops;
+};
+
+#endif

@@ -1,0 +1,1459 @@
+/* rdma-qsm: the simulated fabric backend (src/fabric.h, public API qsm/sim.h): a deterministic,
+ * in-process rdma_cm world with fault injection, for the library's tests and for ULP authors. */
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <qsm/sim.h>
+
+#include "fabric.h"
+
+#define DEV_NAME_MAX 64          /* IB_DEVICE_NAME_MAX, terminator included */
+#define PORT_FIRST 32768         /* the default ip_local_port_range */
+#define PORT_LAST 60999
+
+#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+/* ---- intrusive lists: every object sits in exactly one ordered list, which is the order
+ * the sim walks it in, so that what it does is deterministic ---- */
+
+struct link {
+	struct link *prev, *next;
+};
+
+static void list_init(struct link *h)
+{
+	h->prev = h->next = h;
+}
+
+static bool list_empty(const struct link *h)
+{
+	return h->next == h;
+}
+
+static void list_add_tail(struct link *h, struct link *n)
+{
+	n->prev = h->prev;
+	n->next = h;
+	h->prev->next = n;
+	h->prev = n;
+}
+
+static void list_del(struct link *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->prev = n->next = n;
+}
+
+#define list_each(pos, tmp, head) \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+
+/* ---- objects ---- */
+
+struct sim_device {
+	struct link node;                    /* in qsm_sim.devices, order of first add */
+	struct qsm_sim *sim;
+	char name[DEV_NAME_MAX];
+	struct sockaddr_storage addr;        /* port 0 */
+	enum qsm_sim_device_state state;
+	unsigned nids, nqps, refs;           /* what keeps a removed device REMOVING */
+};
+
+/* An id's connection state, reduced to what changes the answer of some call. */
+enum id_state {
+	ID_IDLE,
+	ID_BOUND,            /* bind(), or the implicit bind of an address resolution that failed */
+	ID_ADDR_RESOLVED,
+	ID_ROUTE_RESOLVED,
+	ID_LISTEN,
+	ID_CONNECT,          /* active: REQ sent, no answer yet */
+	ID_REQ_RCVD,         /* passive: CONNECT_REQUEST posted, neither accepted nor rejected */
+	ID_ESTABLISHED,
+	ID_DISCONNECTED,     /* was established, is not any more */
+	ID_FAILED,           /* a connection was tried and never came up */
+};
+
+struct sim_fabric;
+
+struct sim_id {
+	struct link node;                    /* in sim_fabric.ids, creation order */
+	struct sim_fabric *fab;
+	void *owner;
+	enum id_state state;
+	struct sim_device *dev;              /* the device the id is on; never changes once set */
+	bool has_src;                        /* src is meaningful */
+	bool holds_port;                     /* src's port is taken in the world's port space */
+	struct sockaddr_storage src, dst;
+	struct sim_id *peer;                 /* the other end while CONNECT, REQ_RCVD or ESTABLISHED */
+	bool has_qp;
+	enum qsm_qp_state qp_state;
+};
+
+struct sim_event {
+	struct link node;                    /* in its fabric's queue, or in qsm_sim.held */
+	struct sim_fabric *fab;
+	bool held;
+	struct sim_id *id;
+	struct sim_id *listener;             /* CONNECT_REQUEST: the listening id */
+	struct sim_device *dev;
+	int event;
+	int status;
+	size_t len;
+	uint8_t pdata[QSM_SIM_REP_PDATA];    /* the largest CM private data */
+};
+
+struct sim_fabric {
+	struct qsm_fabric base;
+	struct link node;                    /* in qsm_sim.fabrics */
+	struct qsm_sim *sim;
+	int efd;                             /* readable while queue is not empty */
+	struct link ids;
+	struct link queue;
+};
+
+struct qsm_sim {
+	struct link devices;
+	struct link fabrics;
+	struct link held;                    /* events held by QSM_SIM_FAULT_HOLD, in post order */
+	unsigned nfabrics;
+	bool free_pending;                   /* qsm_sim_free() came while fabrics were alive */
+	unsigned faults[QSM_SIM_FAULT_COUNT];
+	unsigned next_port;
+	struct qsm_sim_stats st;
+};
+
+static const struct qsm_fabric_ops sim_ops;
+
+/* The fabric.h handles are opaque; the sim's objects stand behind them. */
+static struct sim_id *to_id(struct qsm_fid *fid)
+{
+	return (struct sim_id *)(void *)fid;
+}
+
+static struct qsm_fid *fid_of(struct sim_id *id)
+{
+	return (struct qsm_fid *)(void *)id;
+}
+
+static struct sim_device *to_dev(struct qsm_fdev *fdev)
+{
+	return (struct sim_device *)(void *)fdev;
+}
+
+static struct qsm_fdev *fdev_of(struct sim_device *d)
+{
+	return (struct qsm_fdev *)(void *)d;
+}
+
+static struct sim_fabric *to_fabric(struct qsm_fabric *f)
+{
+	return container_of(f, struct sim_fabric, base);
+}
+
+/* Posting an event has no failure path: a call that posts has already taken effect. */
+static void *zalloc_or_die(size_t n)
+{
+	void *p = calloc(1, n);
+
+	if (!p) {
+		fputs("qsm sim: out of memory posting an event\n", stderr);
+		abort();
+	}
+	return p;
+}
+
+static bool fault_take(struct qsm_sim *sim, enum qsm_sim_fault f)
+{
+	if (!sim->faults[f])
+		return false;
+	sim->faults[f]--;
+	return true;
+}
+
+/* ---- addresses ---- */
+
+static size_t addr_len(int family)
+{
+	switch (family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+/* Callers hand in a sockaddr_in or _in6, not a full sockaddr_storage: read only what the family has. */
+static int addr_copy(struct sockaddr_storage *ss, const struct sockaddr *sa)
+{
+	size_t len = addr_len(sa->sa_family);
+
+	if (!len)
+		return -EAFNOSUPPORT;
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, sa, len);
+	return 0;
+}
+
+static const void *addr_ip(const struct sockaddr_storage *ss, size_t *len)
+{
+	if (ss->ss_family == AF_INET) {
+		*len = sizeof(struct in_addr);
+		return &((const struct sockaddr_in *)(const void *)ss)->sin_addr;
+	}
+	*len = sizeof(struct in6_addr);
+	return &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr;
+}
+
+static bool addr_same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	size_t la, lb;
+	const void *ia = addr_ip(a, &la), *ib = addr_ip(b, &lb);
+
+	return a->ss_family == b->ss_family && !memcmp(ia, ib, la);
+}
+
+static bool addr_is_any(const struct sockaddr_storage *ss)
+{
+	static const uint8_t zero[sizeof(struct in6_addr)];
+	size_t len;
+	const void *ip = addr_ip(ss, &len);
+
+	return !memcmp(ip, zero, len);
+}
+
+static uint16_t addr_port(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)(const void *)ss)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)(const void *)ss)->sin6_port);
+}
+
+static void addr_set_port(struct sockaddr_storage *ss, uint16_t port)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)(void *)ss)->sin6_port = htons(port);
+}
+
+/* The IP of `from` with the port of `to`: what a resolved or accepted id's source becomes. */
+static void addr_set_ip(struct sockaddr_storage *to, const struct sockaddr_storage *from)
+{
+	uint16_t port = addr_port(to);
+
+	*to = *from;
+	addr_set_port(to, port);
+}
+
+static int addr_parse(const char *text, struct sockaddr_storage *ss)
+{
+	struct sockaddr_in *in = (struct sockaddr_in *)(void *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, text, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* ---- devices ---- */
+
+static struct sim_device *device_by_name(struct qsm_sim *sim, const char *name)
+{
+	struct link *pos, *tmp;
+
+	list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = container_of(pos, struct sim_device, node);
+
+		if (!strcmp(d->name, name))
+			return d;
+	}
+	return NULL;
+}
+
+/* Only an UP device serves its address: a removed one no longer answers for it. */
+static struct sim_device *device_serving(struct qsm_sim *sim, const struct sockaddr_storage *ip)
+{
+	struct link *pos, *tmp;
+
+	list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = container_of(pos, struct sim_device, node);
+
+		if (d->state == QSM_SIM_DEVICE_UP && addr_same_ip(&d->addr, ip))
+			return d;
+	}
+	return NULL;
+}
+
+/* The one place a removed device becomes GONE: when its last reference goes. */
+static void device_settle(struct sim_device *d)
+{
+	if (d->state == QSM_SIM_DEVICE_REMOVING && !d->nids && !d->nqps && !d->refs)
+		d->state = QSM_SIM_DEVICE_GONE;
+}
+
+static bool device_up(const struct sim_device *d)
+{
+	return d->state == QSM_SIM_DEVICE_UP;
+}
+
+/* ---- events ---- */
+
+static void fabric_signal(struct sim_fabric *f)
+{
+	(void)eventfd_write(f->efd, 1);
+}
+
+static void fabric_quiet(struct sim_fabric *f)
+{
+	eventfd_t v;
+
+	(void)eventfd_read(f->efd, &v);
+}
+
+static void fabric_push(struct sim_fabric *f, struct sim_event *e)
+{
+	bool was_empty = list_empty(&f->queue);
+
+	e->held = false;
+	list_add_tail(&f->queue, &e->node);
+	if (was_empty)
+		fabric_signal(f);
+}
+
+static void enqueue(struct qsm_sim *sim, struct sim_event *e)
+{
+	sim->st.events_pending++;
+	if (fault_take(sim, QSM_SIM_FAULT_HOLD)) {
+		e->held = true;
+		list_add_tail(&sim->held, &e->node);
+	} else {
+		fabric_push(e->fab, e);
+	}
+}
+
+/* Out of its queue; the eventfd follows the queue, so it goes quiet with the last event. */
+static void event_remove(struct sim_event *e)
+{
+	list_del(&e->node);
+	e->fab->sim->st.events_pending--;
+	if (!e->held && list_empty(&e->fab->queue))
+		fabric_quiet(e->fab);
+}
+
+static void event_drop(struct sim_event *e)
+{
+	event_remove(e);
+	e->fab->sim->st.events_dropped++;
+	free(e);
+}
+
+struct post {
+	struct sim_fabric *fab;              /* NULL: the id's fabric */
+	struct sim_id *id;
+	struct sim_id *listener;
+	struct sim_device *dev;
+	int event;
+	int status;
+	const void *pdata;
+	size_t len;
+	size_t wire;                         /* the CM message's private data size: len is padded to it */
+};
+
+static struct sim_event *event_new(struct sim_fabric *fab, const struct post *p)
+{
+	struct sim_event *e = zalloc_or_die(sizeof(*e));
+
+	assert(p->len <= p->wire && p->wire <= sizeof(e->pdata));
+	e->fab = fab;
+	e->id = p->id;
+	e->listener = p->listener;
+	e->dev = p->dev;
+	e->event = p->event;
+	e->status = p->status;
+	e->len = p->wire;
+	if (p->len)
+		memcpy(e->pdata, p->pdata, p->len);
+	return e;
+}
+
+/*
+ * Every event goes through here, so the faults that bend the event stream (lost,
+ * duplicated, stray events) apply to every path that produces the event.
+ */
+static void post(const struct post *p)
+{
+	struct sim_fabric *fab = p->fab ? p->fab : p->id->fab;
+	struct qsm_sim *sim = fab->sim;
+
+	if ((p->event == QSM_EV_TIMEWAIT_EXIT && fault_take(sim, QSM_SIM_FAULT_NO_TIMEWAIT_EXIT)) ||
+	    (p->event == QSM_EV_DRAINED && fault_take(sim, QSM_SIM_FAULT_NO_DRAINED))) {
+		sim->st.events_dropped++;
+		return;
+	}
+	enqueue(sim, event_new(fab, p));
+	if (p->event != QSM_EV_DISCONNECTED)
+		return;
+	if (fault_take(sim, QSM_SIM_FAULT_DUP_DISCONNECTED))
+		enqueue(sim, event_new(fab, p));
+	if (fault_take(sim, QSM_SIM_FAULT_LATE_ESTABLISHED))
+		enqueue(sim, event_new(fab, &(struct post){ .id = p->id, .event = QSM_EV_ESTABLISHED }));
+}
+
+static void post_simple(struct sim_id *id, int event, int status)
+{
+	post(&(struct post){ .id = id, .event = event, .status = status });
+}
+
+/* Drop every pending event of `id`, queued or held: after destroy_id nothing of it is returned. */
+static void drop_events_of(struct sim_id *id)
+{
+	struct link *pos, *tmp;
+
+	list_each(pos, tmp, &id->fab->queue) {
+		struct sim_event *e = container_of(pos, struct sim_event, node);
+
+		if (e->id == id)
+			event_drop(e);
+	}
+	list_each(pos, tmp, &id->fab->sim->held) {
+		struct sim_event *e = container_of(pos, struct sim_event, node);
+
+		if (e->id == id)
+			event_drop(e);
+	}
+}
+
+/* A CONNECT_REQUEST of `listener` not yet returned, queued or held, or NULL. */
+static struct sim_event *unreported_request(struct sim_id *listener)
+{
+	struct link *heads[2] = { &listener->fab->queue, &listener->fab->sim->held };
+	struct link *pos, *tmp;
+
+	for (int i = 0; i < 2; i++) {
+		list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = container_of(pos, struct sim_event, node);
+
+			if (e->event == QSM_EV_CONNECT_REQUEST && e->listener == listener)
+				return e;
+		}
+	}
+	return NULL;
+}
+
+/* ---- QPs ---- */
+
+static void qp_err(struct sim_id *id)
+{
+	if (id->has_qp)
+		id->qp_state = QSM_QP_ERR;
+}
+
+static void qp_destroy(struct sim_id *id)
+{
+	struct qsm_sim *sim = id->fab->sim;
+
+	if (!id->has_qp)
+		return;
+	id->has_qp = false;
+	id->dev->nqps--;
+	sim->st.qps--;
+	device_settle(id->dev);
+}
+
+/* ---- connections: each rule of the CM's wire protocol lives in exactly one function ---- */
+
+static int pdata_check(const void *pdata, size_t len, size_t max)
+{
+	if (len > max || (len && !pdata))
+		return -EINVAL;
+	return 0;
+}
+
+static void peer_unlink(struct sim_id *id)
+{
+	id->peer->peer = NULL;
+	id->peer = NULL;
+}
+
+/* An id that leaves its connection: down if it was up, failed if it never came up. */
+static void leave_connection(struct sim_id *id)
+{
+	id->state = id->state == ID_ESTABLISHED ? ID_DISCONNECTED : ID_FAILED;
+}
+
+/*
+ * A connection attempt that ends without ESTABLISHED, as seen by `id`.  A REJ
+ * moves the QP to ERR (cma_ib_handler); an unanswered REQ leaves it alone.
+ * REJECTED carries the REJ's whole private data field, as on IB/RoCE.
+ */
+static void connect_failed(struct sim_id *id, int event, int status, const void *pdata, size_t len)
+{
+	id->state = ID_FAILED;
+	if (event != QSM_EV_UNREACHABLE)
+		qp_err(id);
+	post(&(struct post){ .id = id, .event = event, .status = status, .pdata = pdata, .len = len,
+			     .wire = event == QSM_EV_REJECTED ? QSM_SIM_REJ_PDATA : 0 });
+}
+
+static void connection_up(struct sim_id *active, struct sim_id *passive, const void *pdata, size_t len)
+{
+	active->state = passive->state = ID_ESTABLISHED;
+	active->qp_state = passive->qp_state = QSM_QP_RTS;
+	/* The active side learns from the REP (its private data), the passive side from the RTU (none). */
+	post(&(struct post){ .id = active, .event = QSM_EV_ESTABLISHED, .pdata = pdata, .len = len,
+			     .wire = QSM_SIM_REP_PDATA });
+	post_simple(passive, QSM_EV_ESTABLISHED, 0);
+}
+
+static void connection_down(struct sim_id *id)
+{
+	id->state = ID_DISCONNECTED;
+	qp_err(id);
+	post_simple(id, QSM_EV_DISCONNECTED, 0);
+}
+
+static void timewait_exit(struct sim_id *id)
+{
+	post_simple(id, QSM_EV_TIMEWAIT_EXIT, 0);
+}
+
+/*
+ * `id` leaves its connection without a word of its own (destroyed, or its device
+ * is gone): the peer hears what the kernel's CM sends on the dying id's behalf.
+ */
+static void peer_lost(struct sim_id *id)
+{
+	struct sim_id *peer = id->peer;
+
+	if (!peer)
+		return;
+	peer_unlink(id);
+	leave_connection(id);
+	switch (peer->state) {
+	case ID_ESTABLISHED:     /* DREQ */
+		connection_down(peer);
+		timewait_exit(peer);
+		break;
+	case ID_CONNECT:         /* an unanswered request destroyed: REJ, consumer defined */
+		connect_failed(peer, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, NULL, 0);
+		break;
+	case ID_REQ_RCVD:        /* the requester gave up: REJ, timeout */
+		connect_failed(peer, QSM_EV_REJECTED, QSM_SIM_REJ_TIMEOUT, NULL, 0);
+		break;
+	default:
+		assert(!"a linked peer is always connecting or connected");
+	}
+}
+
+/* ---- port space: the kernel's cma_check_port without SO_REUSEADDR ---- */
+
+static int port_conflict(struct qsm_sim *sim, const struct sockaddr_storage *ss)
+{
+	struct link *fpos, *ftmp, *pos, *tmp;
+
+	list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+
+		list_each(pos, tmp, &f->ids) {
+			struct sim_id *o = container_of(pos, struct sim_id, node);
+
+			if (!o->holds_port || addr_port(&o->src) != addr_port(ss))
+				continue;
+			if (addr_is_any(&o->src) || addr_is_any(ss))
+				return -EADDRNOTAVAIL;
+			if (addr_same_ip(&o->src, ss))
+				return -EADDRINUSE;
+		}
+	}
+	return 0;
+}
+
+static bool port_used(struct qsm_sim *sim, unsigned port)
+{
+	struct link *fpos, *ftmp, *pos, *tmp;
+
+	list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+
+		list_each(pos, tmp, &f->ids) {
+			struct sim_id *o = container_of(pos, struct sim_id, node);
+
+			if (o->holds_port && addr_port(&o->src) == port)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Ephemeral ports go round in order, never random, so that runs repeat. */
+static int port_pick(struct qsm_sim *sim, uint16_t *ret)
+{
+	for (unsigned n = 0; n <= PORT_LAST - PORT_FIRST; n++) {
+		unsigned p = sim->next_port;
+
+		sim->next_port = p == PORT_LAST ? PORT_FIRST : p + 1;
+		if (!port_used(sim, p)) {
+			*ret = (uint16_t)p;
+			return 0;
+		}
+	}
+	return -EADDRNOTAVAIL;
+}
+
+/* ---- ids ---- */
+
+static struct sim_id *id_alloc(struct sim_fabric *f, void *owner)
+{
+	struct sim_id *id = calloc(1, sizeof(*id));
+
+	if (!id)
+		return NULL;
+	id->fab = f;
+	id->owner = owner;
+	id->state = ID_IDLE;
+	list_add_tail(&f->ids, &id->node);
+	f->sim->st.ids++;
+	return id;
+}
+
+static void id_set_device(struct sim_id *id, struct sim_device *d)
+{
+	assert(!id->dev);
+	id->dev = d;
+	d->nids++;
+}
+
+/* Bind checks everything before it changes anything, so a failed bind has no effect. */
+static int id_bind(struct sim_id *id, const struct sockaddr *sa)
+{
+	struct qsm_sim *sim = id->fab->sim;
+	struct sockaddr_storage ss;
+	struct sim_device *d = NULL;
+	uint16_t port;
+	int r;
+
+	r = addr_copy(&ss, sa);
+	if (r < 0)
+		return r;
+	if (!addr_is_any(&ss)) {
+		d = device_serving(sim, &ss);
+		if (!d)
+			return -EADDRNOTAVAIL;
+	}
+	if (addr_port(&ss) == 0) {
+		r = port_pick(sim, &port);
+		if (r < 0)
+			return r;
+		addr_set_port(&ss, port);
+	} else {
+		r = port_conflict(sim, &ss);
+		if (r < 0)
+			return r;
+	}
+	id->src = ss;
+	id->has_src = true;
+	id->holds_port = true;
+	id->state = ID_BOUND;
+	if (d)
+		id_set_device(id, d);
+	return 0;
+}
+
+static void id_destroy(struct sim_id *id)
+{
+	struct qsm_sim *sim = id->fab->sim;
+	struct sim_event *req;
+
+	qp_destroy(id);
+	drop_events_of(id);
+	/* Requests the runtime never saw die with their listener, as ucma does for unreported events. */
+	while ((req = unreported_request(id))) {
+		struct sim_id *child = req->id;
+
+		event_drop(req);
+		id_destroy(child);
+	}
+	peer_lost(id);
+	if (id->dev) {
+		id->dev->nids--;
+		device_settle(id->dev);
+	}
+	list_del(&id->node);
+	sim->st.ids--;
+	free(id);
+}
+
+/* ---- the listener a REQ reaches ---- */
+
+static bool wildcard_takes(const struct sim_id *l, const struct sockaddr_storage *dst)
+{
+	/* A v6 wildcard is dual stack (bindv6only = 0), a v4 one is not. */
+	return l->src.ss_family == dst->ss_family || l->src.ss_family == AF_INET6;
+}
+
+/*
+ * The listening id for `dst`, searched in every fabric of the world; a listener on
+ * the exact address wins over a wildcard one.  With none, *reason is the REJ the
+ * passive CM sends: no listener on the port at all is an unknown service; a
+ * listener on the port but not on this address is turned down by rdma_cm itself.
+ */
+static struct sim_id *listener_for(struct qsm_sim *sim, const struct sockaddr_storage *dst, int *reason)
+{
+	struct link *fpos, *ftmp, *pos, *tmp;
+	struct sim_id *wild = NULL;
+	bool port_seen = false;
+
+	list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+
+		list_each(pos, tmp, &f->ids) {
+			struct sim_id *l = container_of(pos, struct sim_id, node);
+
+			if (l->state != ID_LISTEN || addr_port(&l->src) != addr_port(dst))
+				continue;
+			port_seen = true;
+			if (addr_is_any(&l->src)) {
+				if (!wild && wildcard_takes(l, dst))
+					wild = l;
+			} else if (addr_same_ip(&l->src, dst) && device_up(l->dev)) {
+				return l;
+			}
+		}
+	}
+	if (wild)
+		return wild;
+	*reason = port_seen ? QSM_SIM_REJ_CONSUMER : QSM_SIM_REJ_INVALID_SERVICE_ID;
+	return NULL;
+}
+
+/* ---- the fabric ops ---- */
+
+static void sim_destroy(struct qsm_fabric *base)
+{
+	struct sim_fabric *f;
+	struct qsm_sim *sim;
+	struct link *pos, *tmp;
+
+	if (!base)
+		return;
+	f = to_fabric(base);
+	sim = f->sim;
+	/* Ids left behind are the runtime's bug; freeing them as destroy_id would keeps peers,
+	 * devices and counts consistent, and ids_leaked tells the test. */
+	while (!list_empty(&f->ids)) {
+		sim->st.ids_leaked++;
+		id_destroy(container_of(f->ids.next, struct sim_id, node));
+	}
+	list_each(pos, tmp, &f->queue)
+		event_drop(container_of(pos, struct sim_event, node));
+	list_each(pos, tmp, &sim->held) {
+		struct sim_event *e = container_of(pos, struct sim_event, node);
+
+		if (e->fab == f)
+			event_drop(e);
+	}
+	close(f->efd);
+	list_del(&f->node);
+	sim->nfabrics--;
+	free(f);
+	if (sim->free_pending && !sim->nfabrics)
+		qsm_sim_free(sim);
+}
+
+static int sim_fd(struct qsm_fabric *base)
+{
+	if (!base)
+		return -EINVAL;
+	return to_fabric(base)->efd;
+}
+
+static int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
+{
+	struct sim_fabric *f;
+	struct sim_event *e;
+
+	if (!base || !ev)
+		return -EINVAL;
+	f = to_fabric(base);
+	if (list_empty(&f->queue))
+		return -EAGAIN;
+	e = container_of(f->queue.next, struct sim_event, node);
+	event_remove(e);
+	memset(ev, 0, sizeof(*ev));
+	ev->event = e->event;
+	ev->status = e->status;
+	ev->id = e->id ? fid_of(e->id) : NULL;
+	ev->owner = e->id ? e->id->owner : NULL;
+	ev->listen_owner = e->listener ? e->listener->owner : NULL;
+	ev->device = e->dev ? fdev_of(e->dev) : NULL;
+	ev->private_data_len = e->len;
+	memcpy(ev->private_data, e->pdata, e->len);
+	f->sim->st.events_delivered++;
+	free(e);
+	return 0;
+}
+
+static int sim_create_id(struct qsm_fabric *base, void *owner, struct qsm_fid **ret)
+{
+	struct sim_fabric *f;
+	struct sim_id *id;
+
+	if (!base || !ret)
+		return -EINVAL;
+	f = to_fabric(base);
+	if (fault_take(f->sim, QSM_SIM_FAULT_ENOMEM))
+		return -ENOMEM;
+	id = id_alloc(f, owner);
+	if (!id)
+		return -ENOMEM;
+	*ret = fid_of(id);
+	return 0;
+}
+
+static void sim_set_owner(struct qsm_fid *fid, void *owner)
+{
+	if (fid)
+		to_id(fid)->owner = owner;
+}
+
+static void sim_destroy_id(struct qsm_fid *fid)
+{
+	if (fid)
+		id_destroy(to_id(fid));
+}
+
+static int sim_bind(struct qsm_fid *fid, const struct sockaddr *addr)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id || !addr)
+		return -EINVAL;
+	if (id->state != ID_IDLE)
+		return -EINVAL;
+	return id_bind(id, addr);
+}
+
+static int sim_listen(struct qsm_fid *fid, int backlog)
+{
+	struct sim_id *id = to_id(fid);
+
+	(void)backlog;   /* nothing queues up in the sim: requests are reported at once */
+	if (!id)
+		return -EINVAL;
+	if (id->state != ID_BOUND)
+		return -EINVAL;
+	if (id->dev && !device_up(id->dev))
+		return -ENODEV;
+	id->state = ID_LISTEN;
+	return 0;
+}
+
+/*
+ * The world is one loopback network: a destination is reachable while an UP device
+ * serves it.  The id goes on the device it was bound to, or else on the device
+ * that serves the destination.
+ */
+static int sim_resolve_addr(struct qsm_fid *fid, const struct sockaddr *src,
+			    const struct sockaddr *dst, int timeout_ms)
+{
+	struct sim_id *id = to_id(fid);
+	struct qsm_sim *sim;
+	struct sockaddr_storage daddr;
+	struct sim_device *target, *via;
+	int r;
+
+	(void)timeout_ms;   /* no time passes in the sim */
+	if (!id || !dst)
+		return -EINVAL;
+	sim = id->fab->sim;
+	if (id->state != ID_IDLE && id->state != ID_BOUND)
+		return -EINVAL;
+	r = addr_copy(&daddr, dst);
+	if (r < 0)
+		return r;
+	if (id->state == ID_IDLE) {
+		/* src only counts for an unbound id (resolve_prepare_src); no src binds to the wildcard. */
+		struct sockaddr_storage any = { .ss_family = daddr.ss_family };
+
+		if (src && src->sa_family != daddr.ss_family)
+			return -EINVAL;
+		r = id_bind(id, src ? src : (const struct sockaddr *)&any);
+		if (r < 0)
+			return r;
+	} else if (id->src.ss_family != daddr.ss_family) {
+		return -EINVAL;
+	}
+
+	id->dst = daddr;
+	target = device_serving(sim, &daddr);
+	via = id->dev ? id->dev : target;
+	if (fault_take(sim, QSM_SIM_FAULT_ADDR_ERROR) || !target || !device_up(via)) {
+		post_simple(id, QSM_EV_ADDR_ERROR, -EHOSTUNREACH);
+		return 0;
+	}
+	if (!id->dev)
+		id_set_device(id, via);
+	addr_set_ip(&id->src, &via->addr);
+	id->state = ID_ADDR_RESOLVED;
+	post_simple(id, QSM_EV_ADDR_RESOLVED, 0);
+	return 0;
+}
+
+static int sim_resolve_route(struct qsm_fid *fid, int timeout_ms)
+{
+	struct sim_id *id = to_id(fid);
+
+	(void)timeout_ms;
+	if (!id)
+		return -EINVAL;
+	if (id->state != ID_ADDR_RESOLVED)
+		return -EINVAL;
+	if (!device_up(id->dev))
+		return -ENODEV;
+	if (fault_take(id->fab->sim, QSM_SIM_FAULT_ROUTE_ERROR)) {
+		post_simple(id, QSM_EV_ROUTE_ERROR, -ETIMEDOUT);
+		return 0;
+	}
+	id->state = ID_ROUTE_RESOLVED;
+	post_simple(id, QSM_EV_ROUTE_RESOLVED, 0);
+	return 0;
+}
+
+static int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr)
+{
+	struct sim_id *id = to_id(fid);
+	struct qsm_sim *sim;
+
+	if (!id || !attr)
+		return -EINVAL;
+	sim = id->fab->sim;
+	if (!id->dev)
+		return -EINVAL;
+	if (id->has_qp)
+		return -EEXIST;
+	if (!device_up(id->dev))
+		return -ENODEV;
+	if (fault_take(sim, QSM_SIM_FAULT_ENOMEM))
+		return -ENOMEM;
+	id->has_qp = true;
+	id->qp_state = QSM_QP_INIT;
+	id->dev->nqps++;
+	sim->st.qps++;
+	return 0;
+}
+
+static void sim_destroy_qp(struct qsm_fid *fid)
+{
+	if (fid)
+		qp_destroy(to_id(fid));
+}
+
+static int sim_connect(struct qsm_fid *fid, const void *pdata, size_t len)
+{
+	struct sim_id *id = to_id(fid);
+	struct qsm_sim *sim;
+	struct sim_id *listener, *passive = NULL;
+	struct sim_device *target;
+	int reason = 0;
+
+	if (!id)
+		return -EINVAL;
+	sim = id->fab->sim;
+	if (pdata_check(pdata, len, QSM_SIM_REQ_PDATA) < 0)
+		return -EINVAL;
+	if (id->state != ID_ROUTE_RESOLVED || !id->has_qp)
+		return -EINVAL;
+	if (!device_up(id->dev))
+		return -ENODEV;
+
+	target = device_serving(sim, &id->dst);
+	listener = target ? listener_for(sim, &id->dst, &reason) : NULL;
+	/* The only step that can fail comes before anything changes, faults included. */
+	if (listener && !sim->faults[QSM_SIM_FAULT_REJECT] && !sim->faults[QSM_SIM_FAULT_UNREACHABLE]) {
+		passive = id_alloc(listener->fab, NULL);
+		if (!passive)
+			return -ENOMEM;
+	}
+
+	id->state = ID_CONNECT;
+	if (fault_take(sim, QSM_SIM_FAULT_REJECT)) {
+		connect_failed(id, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, NULL, 0);
+		return 0;
+	}
+	/* The destination's device went away after resolution: the REQ goes unanswered. */
+	if (fault_take(sim, QSM_SIM_FAULT_UNREACHABLE) || !target) {
+		connect_failed(id, QSM_EV_UNREACHABLE, -ETIMEDOUT, NULL, 0);
+		return 0;
+	}
+	if (!listener) {
+		connect_failed(id, QSM_EV_REJECTED, reason, NULL, 0);
+		return 0;
+	}
+
+	/* The passive id is rdma_cm's new id for the request: on the device that took the
+	 * REQ, its source the address the active side dialled. */
+	id_set_device(passive, target);
+	passive->src = id->dst;
+	passive->has_src = true;
+	passive->dst = id->src;
+	passive->state = ID_REQ_RCVD;
+	passive->peer = id;
+	id->peer = passive;
+	post(&(struct post){ .id = passive, .listener = listener, .event = QSM_EV_CONNECT_REQUEST,
+			     .pdata = pdata, .len = len, .wire = QSM_SIM_REQ_PDATA });
+	return 0;
+}
+
+static int sim_accept(struct qsm_fid *fid, const void *pdata, size_t len)
+{
+	struct sim_id *id = to_id(fid);
+	struct qsm_sim *sim;
+	struct sim_id *active;
+
+	if (!id)
+		return -EINVAL;
+	sim = id->fab->sim;
+	if (pdata_check(pdata, len, QSM_SIM_REP_PDATA) < 0)
+		return -EINVAL;
+	/* A QP in ERR cannot be moved to RTR, so rdma_accept fails before sending the REP. */
+	if (id->state != ID_REQ_RCVD || !id->has_qp || id->qp_state == QSM_QP_ERR)
+		return -EINVAL;
+	if (!device_up(id->dev))
+		return -ENODEV;
+
+	active = id->peer;
+	if (fault_take(sim, QSM_SIM_FAULT_CONNECT_ERROR)) {
+		peer_unlink(id);
+		connect_failed(active, QSM_EV_CONNECT_ERROR, -ECONNABORTED, NULL, 0);
+		connect_failed(id, QSM_EV_CONNECT_ERROR, -ECONNABORTED, NULL, 0);
+		return 0;
+	}
+	/* The active side disconnected, drained or dropped its QP while the REQ was pending:
+	 * its REP handling cannot move the QP to RTR, so it reports CONNECT_ERROR and REJects. */
+	if (!active->has_qp || active->qp_state == QSM_QP_ERR) {
+		peer_unlink(id);
+		connect_failed(active, QSM_EV_CONNECT_ERROR, -EINVAL, NULL, 0);
+		connect_failed(id, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, NULL, 0);
+		return 0;
+	}
+	connection_up(active, id, pdata, len);
+	return 0;
+}
+
+static int sim_reject(struct qsm_fid *fid, const void *pdata, size_t len)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_id *active;
+
+	if (!id)
+		return -EINVAL;
+	if (pdata_check(pdata, len, QSM_SIM_REJ_PDATA) < 0)
+		return -EINVAL;
+	if (id->state != ID_REQ_RCVD)
+		return -EINVAL;
+	active = id->peer;
+	peer_unlink(id);
+	id->state = ID_FAILED;
+	connect_failed(active, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, pdata, len);
+	return 0;
+}
+
+static int sim_disconnect(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_id *peer;
+
+	if (!id)
+		return -EINVAL;
+	switch (id->state) {
+	case ID_ESTABLISHED:
+		/* Both ends get DISCONNECTED once (DREQ, DREP), then both leave timewait. */
+		peer = id->peer;
+		peer_unlink(id);
+		connection_down(id);
+		connection_down(peer);
+		timewait_exit(id);
+		timewait_exit(peer);
+		return 0;
+	case ID_CONNECT:
+	case ID_REQ_RCVD:
+	case ID_DISCONNECTED:
+	case ID_FAILED:
+		/* Once a connection was tried the kernel id has a CM id: rdma_disconnect moves
+		 * the QP to ERR, and a DREQ that cannot be sent in this state is no error. */
+		qp_err(id);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static int sim_drain(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id)
+		return -EINVAL;
+	if (!id->has_qp)
+		return -EINVAL;
+	/* No device check: draining is how the runtime lets go of a device being removed. */
+	id->qp_state = QSM_QP_ERR;
+	post_simple(id, QSM_EV_DRAINED, 0);
+	return 0;
+}
+
+static struct qsm_fdev *sim_id_device(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+
+	return id && id->dev ? fdev_of(id->dev) : NULL;
+}
+
+static void sim_device_get(struct qsm_fdev *fdev)
+{
+	struct sim_device *d = to_dev(fdev);
+
+	if (!d)
+		return;
+	d->refs++;
+	d->sim->st.device_refs++;
+}
+
+static void sim_device_put(struct qsm_fdev *fdev)
+{
+	struct sim_device *d = to_dev(fdev);
+
+	if (!d)
+		return;
+	assert(d->refs > 0 && "device_put without device_get");
+	if (!d->refs)
+		return;
+	d->refs--;
+	d->sim->st.device_refs--;
+	device_settle(d);
+}
+
+static const char *sim_device_name(struct qsm_fdev *fdev)
+{
+	struct sim_device *d = to_dev(fdev);
+
+	return d ? d->name : NULL;
+}
+
+static int sim_device_addr(struct qsm_fdev *fdev, struct sockaddr_storage *ss)
+{
+	struct sim_device *d = to_dev(fdev);
+
+	if (!d || !ss)
+		return -EINVAL;
+	if (!device_up(d))
+		return -ENOENT;
+	*ss = d->addr;
+	return 0;
+}
+
+static int sim_id_src_addr(struct qsm_fid *fid, struct sockaddr_storage *ss)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id || !ss)
+		return -EINVAL;
+	if (!id->has_src)
+		return -ENOENT;
+	*ss = id->src;
+	return 0;
+}
+
+static const struct qsm_fabric_ops sim_ops = {
+	.name = "sim",
+	.destroy = sim_destroy,
+	.fd = sim_fd,
+	.get_event = sim_get_event,
+	.create_id = sim_create_id,
+	.set_owner = sim_set_owner,
+	.destroy_id = sim_destroy_id,
+	.bind = sim_bind,
+	.listen = sim_listen,
+	.resolve_addr = sim_resolve_addr,
+	.resolve_route = sim_resolve_route,
+	.create_qp = sim_create_qp,
+	.destroy_qp = sim_destroy_qp,
+	.connect = sim_connect,
+	.accept = sim_accept,
+	.reject = sim_reject,
+	.disconnect = sim_disconnect,
+	.drain = sim_drain,
+	.id_device = sim_id_device,
+	.device_get = sim_device_get,
+	.device_put = sim_device_put,
+	.device_name = sim_device_name,
+	.device_addr = sim_device_addr,
+	.id_src_addr = sim_id_src_addr,
+};
+
+/* ---- the public world API (qsm/sim.h) ---- */
+
+int qsm_sim_new(struct qsm_sim **ret)
+{
+	struct qsm_sim *sim;
+
+	if (!ret)
+		return -EINVAL;
+	sim = calloc(1, sizeof(*sim));
+	if (!sim)
+		return -ENOMEM;
+	list_init(&sim->devices);
+	list_init(&sim->fabrics);
+	list_init(&sim->held);
+	sim->next_port = PORT_FIRST;
+	*ret = sim;
+	return 0;
+}
+
+void qsm_sim_free(struct qsm_sim *sim)
+{
+	struct link *pos, *tmp;
+
+	if (!sim)
+		return;
+	assert(!sim->nfabrics && "qsm_sim_free: destroy every fabric of the world first");
+	if (sim->nfabrics) {
+		sim->free_pending = true;
+		return;
+	}
+	/* No fabric, so no id, no queued and no held event is left: only devices. */
+	list_each(pos, tmp, &sim->devices)
+		free(container_of(pos, struct sim_device, node));
+	free(sim);
+}
+
+int qsm_sim_fabric_new(struct qsm_sim *sim, struct qsm_fabric **ret)
+{
+	struct sim_fabric *f;
+
+	if (!sim || !ret || sim->free_pending)
+		return -EINVAL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (f->efd < 0) {
+		int r = -errno;
+
+		free(f);
+		return r;
+	}
+	f->base.ops = &sim_ops;
+	f->sim = sim;
+	list_init(&f->ids);
+	list_init(&f->queue);
+	list_add_tail(&sim->fabrics, &f->node);
+	sim->nfabrics++;
+	*ret = &f->base;
+	return 0;
+}
+
+/* Reject what is not a fabric of this world: a sim API given the wrong pointer. */
+static struct sim_fabric *world_fabric(struct qsm_sim *sim, struct qsm_fabric *base)
+{
+	struct link *pos, *tmp;
+
+	list_each(pos, tmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(pos, struct sim_fabric, node);
+
+		if (&f->base == base)
+			return f;
+	}
+	return NULL;
+}
+
+int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
+{
+	struct sockaddr_storage ss;
+	struct sim_device *d;
+	struct link *pos, *tmp;
+
+	if (!sim || !name || !addr || !*name || strlen(name) >= DEV_NAME_MAX)
+		return -EINVAL;
+	if (addr_parse(addr, &ss) < 0 || addr_is_any(&ss))
+		return -EINVAL;
+	d = device_by_name(sim, name);
+	if (d && d->state == QSM_SIM_DEVICE_UP)
+		return -EEXIST;
+	if (d && d->state == QSM_SIM_DEVICE_REMOVING)
+		return -EBUSY;
+	if (device_serving(sim, &ss))
+		return -EADDRINUSE;
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		d->sim = sim;
+		strcpy(d->name, name);
+		list_add_tail(&sim->devices, &d->node);
+	}
+	d->addr = ss;
+	d->state = QSM_SIM_DEVICE_UP;
+	list_each(pos, tmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(pos, struct sim_fabric, node);
+
+		post(&(struct post){ .fab = f, .dev = d, .event = QSM_EV_DEVICE_ADDED });
+	}
+	return 0;
+}
+
+int qsm_sim_device_remove(struct qsm_sim *sim, const char *name)
+{
+	struct sim_device *d;
+	struct link *fpos, *ftmp, *pos, *tmp;
+
+	if (!sim || !name)
+		return -EINVAL;
+	d = device_by_name(sim, name);
+	if (!d)
+		return -ENOENT;
+	if (!device_up(d))
+		return -EALREADY;
+	d->state = QSM_SIM_DEVICE_REMOVING;
+
+	/* Everyone on the device hears of the removal before any consequence of it. */
+	list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+
+		list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = container_of(pos, struct sim_id, node);
+
+			if (id->dev == d)
+				post(&(struct post){ .id = id, .dev = d, .event = QSM_EV_DEVICE_REMOVAL });
+		}
+	}
+	/* The QPs flush; connections to other devices break as if the id were destroyed;
+	 * between two ids on this device nothing can be sent any more, so nothing is. */
+	list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+
+		list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = container_of(pos, struct sim_id, node);
+
+			if (id->dev != d)
+				continue;
+			qp_err(id);
+			if (id->peer && id->peer->dev == d) {
+				leave_connection(id->peer);
+				leave_connection(id);
+				peer_unlink(id);
+			} else {
+				peer_lost(id);
+			}
+		}
+	}
+	device_settle(d);
+	return 0;
+}
+
+int qsm_sim_device_state(struct qsm_sim *sim, const char *name)
+{
+	struct sim_device *d;
+
+	if (!sim || !name)
+		return -EINVAL;
+	d = device_by_name(sim, name);
+	return d ? (int)d->state : -ENOENT;
+}
+
+void qsm_sim_get_stats(struct qsm_sim *sim, struct qsm_sim_stats *st)
+{
+	if (!st)
+		return;
+	if (!sim) {
+		memset(st, 0, sizeof(*st));
+		return;
+	}
+	*st = sim->st;
+}
+
+int qsm_sim_inject(struct qsm_sim *sim, enum qsm_sim_fault f, unsigned count)
+{
+	if (!sim || (unsigned)f >= QSM_SIM_FAULT_COUNT)
+		return -EINVAL;
+	sim->faults[f] = count;
+	return 0;
+}
+
+int qsm_sim_release(struct qsm_sim *sim)
+{
+	struct link *pos, *tmp;
+	int n = 0;
+
+	if (!sim)
+		return -EINVAL;
+	sim->faults[QSM_SIM_FAULT_HOLD] = 0;
+	list_each(pos, tmp, &sim->held) {
+		struct sim_event *e = container_of(pos, struct sim_event, node);
+
+		list_del(&e->node);
+		fabric_push(e->fab, e);
+		n++;
+	}
+	return n;
+}
+
+static int qp_id(struct qsm_sim *sim, struct qsm_fabric *base, void *owner, struct sim_id **ret)
+{
+	struct sim_fabric *f;
+	struct link *pos, *tmp;
+
+	if (!sim || !base)
+		return -EINVAL;
+	f = world_fabric(sim, base);
+	if (!f)
+		return -EINVAL;
+	list_each(pos, tmp, &f->ids) {
+		struct sim_id *id = container_of(pos, struct sim_id, node);
+
+		if (id->owner == owner && id->has_qp) {
+			*ret = id;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
+{
+	struct sim_id *id;
+	int r = qp_id(sim, f, owner, &id);
+
+	if (r < 0)
+		return r;
+	id->qp_state = QSM_QP_ERR;
+	post_simple(id, QSM_EV_QP_FATAL, 0);
+	return 0;
+}
+
+int qsm_sim_qp_state(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
+{
+	struct sim_id *id;
+	int r = qp_id(sim, f, owner, &id);
+
+	return r < 0 ? r : (int)id->qp_state;
+}

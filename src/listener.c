@@ -1,0 +1,192 @@
+/* rdma-qsm: listeners.  A listener hands each CONNECT_REQUEST to a new passive queue, and
+ * outlives its device: after DEVICE_REMOVAL it waits and listens again when it can. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+static const char *lstate(int s)
+{
+	return qsm_sm_listener.state_names[s];
+}
+
+static void release_listen_id(struct qsm_listener *l)
+{
+	if (l->id) {
+		l->ctx->ops->destroy_id(l->id);
+		qsm_forget_id(l->ctx, l->id);
+		l->id = NULL;
+	}
+}
+
+static int do_listen(struct qsm_listener *l)
+{
+	const struct qsm_fabric_ops *ops = l->ctx->ops;
+	int r = ops->create_id(l->ctx->fabric, &l->obj, &l->id);
+
+	if (r < 0) {
+		l->id = NULL;
+		return r;
+	}
+	r = ops->bind(l->id, &l->addr.sa);
+	if (r == 0)
+		r = ops->listen(l->id, l->backlog);
+	if (r < 0)
+		release_listen_id(l);
+	return r;
+}
+
+static void arm_relisten(struct qsm_listener *l)
+{
+	l->attempts++;
+	qsm_timer_arm(l->ctx, &l->timer, QSM_EV_RETRY,
+		      qsm_backoff_next(l->ctx, &l->relisten, &l->next_delay_ms));
+}
+
+static void listener_close(struct qsm_listener *l)
+{
+	l->obj.closed = true;
+	qsm_timer_cancel(l->ctx, &l->timer);
+	release_listen_id(l);
+	qsm_list_del(&l->node);
+}
+
+static void run_action(struct qsm_listener *l, enum qsm_action a, const struct qsm_item *it)
+{
+	switch (a) {
+	case QSM_ACT_SPAWN_PASSIVE:
+		if (qsm_conn_spawn_passive(l, it) < 0) {
+			/* No queue for it: the peer hears a reject, not a timeout. */
+			l->ctx->counters.action_errors++;
+			l->ctx->ops->reject(it->id, NULL, 0);
+			l->ctx->ops->destroy_id(it->id);
+		}
+		break;
+	case QSM_ACT_RELEASE_LISTEN_ID:
+		release_listen_id(l);
+		break;
+	case QSM_ACT_ARM_RETRY:
+		arm_relisten(l);
+		break;
+	case QSM_ACT_TRY_LISTEN:
+		if (do_listen(l) == 0) {
+			qsm_timer_cancel(l->ctx, &l->timer);
+			l->attempts = 0;
+			l->next_delay_ms = 0;
+			qsm_post(l->ctx, &l->obj, QSM_EV_LISTEN, 0);
+		} else {
+			arm_relisten(l);
+		}
+		break;
+	case QSM_ACT_RELEASE_ALL:
+		listener_close(l);
+		break;
+	default:
+		break;
+	}
+}
+
+void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it)
+{
+	struct qsm_ctx *ctx = l->ctx;
+	struct qsm_edge edge;
+	int cs;
+
+	if (l->obj.closed || (it->id && it->event != QSM_EV_CONNECT_REQUEST && it->id != l->id)) {
+		ctx->counters.dropped++;
+		goto release_request;
+	}
+	ctx->counters.dispatched++;
+	ctx->counters.events[it->event]++;
+	cs = qsm_sm_cs(&qsm_sm_listener, l->state);
+	if (qsm_sm_listener.exec(&cs, it->event, &edge) < 0) {
+		ctx->counters.unexpected++;
+		qsm_trace(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state), it->event, NULL,
+			  it->status);
+		goto release_request;
+	}
+	if (edge.target != l->state)
+		qsm_timer_cancel(ctx, &l->timer);
+	for (unsigned int i = 0; i < edge.nactions; i++)
+		run_action(l, edge.actions[i], it);
+	qsm_trace(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state), it->event,
+		  lstate(edge.target), it->status);
+	ctx->counters.transitions++;
+	if (it->event == QSM_EV_DEVICE_REMOVAL)
+		ctx->counters.device_removals++;
+	l->state = (uint8_t)edge.target;
+	return;
+
+release_request:
+	/* A request that reached no listener still owns an id: refuse it, never leak it. */
+	if (it->event == QSM_EV_CONNECT_REQUEST && it->id) {
+		ctx->ops->reject(it->id, NULL, 0);
+		ctx->ops->destroy_id(it->id);
+	}
+}
+
+int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, struct qsm_listener **ret)
+{
+	struct qsm_listener *l;
+	int r;
+
+	if (!ctx || !o || !ret || !o->addr || !o->cls || o->backlog < 0)
+		return -EINVAL;
+	if (o->addr->sa_family != AF_INET && o->addr->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->obj.kind = QSM_OBJ_LISTENER;
+	l->obj.serial = ++ctx->next_serial;
+	l->ctx = ctx;
+	l->cls = o->cls;
+	memcpy(&l->addr, o->addr, o->addr->sa_family == AF_INET ? sizeof(l->addr.sin) : sizeof(l->addr.sin6));
+	l->backlog = o->backlog ? o->backlog : 128;
+	l->relisten = o->relisten;
+	l->timeouts = o->timeouts;
+	l->user = o->user;
+	l->timer.heap_idx = UINT32_MAX;
+	l->timer.owner = &l->obj;
+	r = do_listen(l);
+	if (r == 0)
+		r = qsm_post(ctx, &l->obj, QSM_EV_LISTEN, 0);
+	if (r < 0) {
+		release_listen_id(l);
+		free(l);
+		return r;
+	}
+	qsm_list_add_tail(&ctx->listeners, &l->node);
+	*ret = l;
+	return 0;
+}
+
+int qsm_listener_destroy(struct qsm_listener *l)
+{
+	if (!l || l->obj.closed)
+		return -EINVAL;
+	return qsm_post(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
+}
+
+int qsm_listener_state(struct qsm_listener *l)
+{
+	return l ? l->state : -EINVAL;
+}
+
+void *qsm_listener_user(struct qsm_listener *l)
+{
+	return l ? l->user : NULL;
+}
+
+void qsm_listener_teardown(struct qsm_listener *l)
+{
+	listener_close(l);
+	if (!l->obj.refs)
+		qsm_listener_free(l);
+}
+
+void qsm_listener_free(struct qsm_listener *l)
+{
+	free(l);
+}

@@ -1,0 +1,199 @@
+/* rdma-qsm internal: the runtime's objects (ctx, queues, listeners, devices, timers)
+ * shared by ctx.c, conn.c, listener.c and device.c. */
+#ifndef QSM_RUNTIME_H
+#define QSM_RUNTIME_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <qsm/ctx.h>
+
+#include "fabric.h"
+#include "sm.h"
+
+struct qsm_list {
+	struct qsm_list *next, *prev;
+};
+
+#define qsm_container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+
+static inline void qsm_list_init(struct qsm_list *l) { l->next = l->prev = l; }
+static inline bool qsm_list_empty(const struct qsm_list *l) { return l->next == l; }
+static inline void qsm_list_add_tail(struct qsm_list *l, struct qsm_list *n)
+{
+	n->prev = l->prev;
+	n->next = l;
+	l->prev->next = n;
+	l->prev = n;
+}
+static inline void qsm_list_del(struct qsm_list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->next = n->prev = n;
+}
+
+/* What an id's owner pointer points at: the first member of each owner. */
+enum qsm_obj_kind { QSM_OBJ_CONN = 1, QSM_OBJ_LISTENER, QSM_OBJ_DEVICE };
+struct qsm_obj {
+	enum qsm_obj_kind kind;
+	uint32_t serial;
+	uint32_t refs;              /* queued events that point here; freed at 0 once closed */
+	bool closed;                /* reached the final state: no more events, no callbacks */
+};
+
+struct qsm_timer {
+	uint64_t deadline_ns;
+	uint32_t heap_idx;          /* UINT32_MAX: not armed */
+	int event;                  /* QSM_EV_RETRY or QSM_EV_TIMEOUT */
+	struct qsm_obj *owner;
+};
+
+union qsm_addr {
+	struct sockaddr sa;
+	struct sockaddr_in sin;
+	struct sockaddr_in6 sin6;
+};
+
+struct qsm_device {
+	struct qsm_obj obj;
+	struct qsm_ctx *ctx;
+	struct qsm_fdev *fdev;
+	struct qsm_fid *sentinel;   /* bound to the device: DEVICE_REMOVAL even in the gap */
+	struct qsm_list conns;      /* queues attached (by qsm_conn.dev_node) */
+	struct qsm_list node;       /* ctx->devices */
+	bool removing;
+};
+
+#define QSM_CONN_PDATA_MAX 196
+
+struct qsm_conn {
+	struct qsm_obj obj;
+	struct qsm_ctx *ctx;
+	const struct qsm_class *cls;
+	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
+	uint8_t state;
+	uint8_t qp_state;
+	bool passive;
+	bool has_qp;
+	bool dead;                  /* destroyed or aborted: no callback ever again */
+	bool abort_pending;
+	uint8_t pdata_len;          /* connect / accept / reject private data */
+	struct qsm_fid *id;
+	struct qsm_device *dev;
+	struct qsm_list dev_node;
+	struct qsm_list node;       /* ctx->conns */
+	struct qsm_timer timer;
+	uint32_t attempts;
+	uint32_t next_delay_ms;
+	uint64_t lost_at_ns;
+	struct qsm_reconnect_policy policy;
+	struct qsm_timeouts timeouts;
+	union qsm_addr dst, src;
+	bool has_src;
+	void *user;
+	struct qsm_listener *listener;
+	uint8_t pdata[QSM_CONN_PDATA_MAX];
+	_Alignas(16) unsigned char priv[];
+};
+
+struct qsm_listener {
+	struct qsm_obj obj;
+	struct qsm_ctx *ctx;
+	uint8_t state;
+	struct qsm_fid *id;
+	const struct qsm_class *cls;
+	union qsm_addr addr;
+	int backlog;
+	struct qsm_reconnect_policy relisten;
+	struct qsm_timeouts timeouts;
+	uint32_t attempts;
+	uint32_t next_delay_ms;
+	struct qsm_timer timer;
+	struct qsm_list node;       /* ctx->listeners */
+	void *user;
+};
+
+/* The id of a queued event whose id was destroyed since. */
+#define QSM_STALE_ID ((struct qsm_fid *)(uintptr_t)1)
+
+/* One event on its way to an object; private data copied in. */
+struct qsm_item {
+	struct qsm_obj *target;
+	struct qsm_fid *id;         /* fabric events: the id it came on (stale check); else NULL */
+	int event;
+	int status;
+	size_t pdata_len;
+	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
+};
+
+struct qsm_ctx {
+	struct qsm_fabric *fabric;
+	const struct qsm_fabric_ops *ops;
+	int epfd, timerfd, kickfd;
+	bool kicked;
+	bool stop;
+	uint64_t (*now_ns)(void *arg);
+	void *now_arg;
+	uint64_t rng;
+	uint32_t next_serial;
+
+	/* FIFO of items (ring buffer, grows) */
+	struct qsm_item *fifo;
+	size_t fifo_cap, fifo_head, fifo_len;
+	const struct qsm_item *current;   /* the item being dispatched */
+
+	/* timers: binary min-heap */
+	struct qsm_timer **heap;
+	uint32_t heap_len, heap_cap;
+
+	struct qsm_list conns, listeners, devices;
+	struct qsm_counters counters;
+
+	qsm_trace_fn trace;
+	void *trace_arg;
+	bool trace_stderr;
+	uint64_t t0_ns;
+};
+
+/* ctx.c */
+uint64_t qsm_now(struct qsm_ctx *ctx);
+int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
+void qsm_forget_id(struct qsm_ctx *ctx, struct qsm_fid *id);
+int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
+void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
+void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
+void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
+	       const char *from, int event, const char *to, int status);
+uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+			  uint32_t *next_delay_ms);
+void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
+
+/* conn.c */
+void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it);
+int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
+void qsm_conn_free(struct qsm_conn *q);
+void qsm_conn_teardown(struct qsm_conn *q);
+
+/* listener.c */
+void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it);
+void qsm_listener_free(struct qsm_listener *l);
+void qsm_listener_teardown(struct qsm_listener *l);
+
+/* device.c */
+int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev);
+void qsm_device_detach(struct qsm_conn *q);
+void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it);
+void qsm_device_free(struct qsm_device *d);
+
+/* class.c: the handler for a slot, looked up through super classes to the base class. */
+qsm_handler_fn qsm_class_enter(const struct qsm_class *c, bool passive, int state);
+qsm_handler_fn qsm_class_exit(const struct qsm_class *c, bool passive, int state);
+qsm_handler_fn qsm_class_on_event(const struct qsm_class *c, bool passive, int state);
+qsm_handler_fn qsm_class_unexpected(const struct qsm_class *c);
+qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c);
+void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q);
+size_t qsm_class_priv_size(const struct qsm_class *c);
+
+#endif

@@ -1,0 +1,466 @@
+/* rdma-qsm: the runtime on the simulated fabric: queues, listeners, classes, the device
+ * registry and the reconnect policy, each test pinning one observable behaviour. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <qsm/ctx.h>
+#include <qsm/sim.h>
+
+#include "check_main.h"
+
+static uint64_t vnow = 1000000000ull;
+static uint64_t vclock(void *arg)
+{
+	(void)arg;
+	return vnow;
+}
+
+static struct qsm_sim *sim;
+static struct qsm_ctx *sctx, *cctx;
+static struct sockaddr_in addr;
+
+/* What the test classes saw. */
+static struct {
+	int enter[2][16];
+	int unexpected;
+	int device_removed;
+	int released;
+	int calls_after_destroy;
+	int rejected_status;
+	char rejected_reason[64];
+} seen;
+
+static struct qsm_conn *destroyed_q;
+
+static int note_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	if (q == destroyed_q)
+		seen.calls_after_destroy++;
+	seen.enter[qsm_conn_is_passive(q)][ev->to]++;
+	if (!qsm_conn_is_passive(q) && ev->to == QSM_CM_RECONNECT_WAIT && ev->event == QSM_EV_REJECTED) {
+		seen.rejected_status = ev->status;
+		snprintf(seen.rejected_reason, sizeof(seen.rejected_reason), "%.*s",
+			 (int)ev->private_data_len, (const char *)ev->private_data);
+	}
+	return 0;
+}
+
+static int note_connected(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	note_enter(q, ev);
+	return qsm_conn_ready(q) == 0 ? 0 : -1;
+}
+
+static int note_unexpected(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)q;
+	(void)ev;
+	seen.unexpected++;
+	return 0;
+}
+
+static int note_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)q;
+	(void)ev;
+	seen.device_removed++;
+	return 0;
+}
+
+static void note_release(struct qsm_conn *q)
+{
+	(void)q;
+	seen.released++;
+}
+
+#define ALL_ACTIVE(fn) { \
+	[QSM_CM_ADDR_RESOLVING] = { .enter = fn }, [QSM_CM_ROUTE_RESOLVING] = { .enter = fn }, \
+	[QSM_CM_CONNECTING] = { .enter = fn }, [QSM_CM_CONNECTED] = { .enter = note_connected }, \
+	[QSM_CM_LIVE] = { .enter = fn }, [QSM_CM_DISCONNECTING] = { .enter = fn }, \
+	[QSM_CM_DRAINING] = { .enter = fn }, [QSM_CM_CLOSING] = { .enter = fn }, \
+	[QSM_CM_RECONNECT_WAIT] = { .enter = fn }, [QSM_CM_FAILED] = { .enter = fn } }
+
+static const struct qsm_class client_class = {
+	.name = "client",
+	.active = ALL_ACTIVE(note_enter),
+	.unexpected = note_unexpected,
+	.device_removed = note_device_removed,
+	.release = note_release,
+};
+
+/* The server checks the client's private data: it must start with "LOGIN". */
+static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	static const char reason[] = "bad login";
+
+	note_enter(q, ev);
+	if (ev->private_data_len < 5 || memcmp(ev->private_data, "LOGIN", 5) != 0)
+		return qsm_conn_reject(q, reason, sizeof(reason) - 1) == 0 ? 0 : -1;
+	return qsm_conn_accept(q, "OK", 2) == 0 ? 0 : -1;
+}
+
+static const struct qsm_class server_class = {
+	.name = "server",
+	.passive = {
+		[QSM_ACCEPT_REQUESTED] = { .enter = server_requested },
+		[QSM_ACCEPT_LIVE] = { .enter = note_enter },
+		[QSM_ACCEPT_DRAINING] = { .enter = note_enter },
+	},
+	.unexpected = note_unexpected,
+};
+
+/* Runs both ctxs until nothing is left to do, jumping the virtual clock to the next timer
+ * at most @jumps times. */
+static void pump(int jumps)
+{
+	for (int guard = 0; guard < 100000; guard++) {
+		int a = qsm_ctx_dispatch(cctx, 0), b = sctx ? qsm_ctx_dispatch(sctx, 0) : 0;
+		int ta, tb, t;
+
+		ck_assert_int_ge(a, 0);
+		ck_assert_int_ge(b, 0);
+		if (a || b)
+			continue;
+		if (!jumps--)
+			return;
+		ta = qsm_ctx_next_timeout_ms(cctx);
+		tb = sctx ? qsm_ctx_next_timeout_ms(sctx) : -1;
+		t = ta < 0 ? tb : (tb < 0 ? ta : (ta < tb ? ta : tb));
+		if (t < 0)
+			return;
+		vnow += (uint64_t)(t ? t : 1) * 1000000ull;
+	}
+	ck_abort_msg("pump: no quiescence");
+}
+
+static struct qsm_ctx *new_ctx(void)
+{
+	struct qsm_fabric *f;
+	struct qsm_ctx *c;
+	struct qsm_ctx_opts o = { .now_ns = vclock, .seed = 42 };
+
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	o.fabric = f;
+	ck_assert_int_eq(qsm_ctx_new(&c, &o), 0);
+	return c;
+}
+
+static void setup(void)
+{
+	memset(&seen, 0, sizeof(seen));
+	destroyed_q = NULL;
+	ck_assert_int_eq(qsm_sim_new(&sim), 0);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
+	sctx = new_ctx();
+	cctx = new_ctx();
+	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
+	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
+}
+
+static void teardown(void)
+{
+	struct qsm_sim_stats st;
+
+	qsm_ctx_free(cctx);
+	qsm_ctx_free(sctx);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.ids, 0);
+	ck_assert_uint_eq(st.qps, 0);
+	ck_assert_uint_eq(st.device_refs, 0);
+	qsm_sim_free(sim);
+}
+
+static struct qsm_listener *listen_server(void)
+{
+	struct qsm_listener *l;
+	struct qsm_listener_opts o = { .addr = (struct sockaddr *)&addr, .cls = &server_class };
+
+	ck_assert_int_eq(qsm_listener_new(sctx, &o, &l), 0);
+	return l;
+}
+
+static struct qsm_conn *new_client(const char *pdata)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.private_data = pdata, .private_data_len = pdata ? strlen(pdata) : 0,
+		.policy = { .initial_delay_ms = 10, .max_delay_ms = 100 },
+	};
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	return q;
+}
+
+static uint64_t counter(struct qsm_ctx *c, size_t off)
+{
+	struct qsm_counters k;
+
+	qsm_ctx_counters(c, &k);
+	return *(uint64_t *)((char *)&k + off);
+}
+#define COUNT(c, f) counter(c, offsetof(struct qsm_counters, f))
+
+START_TEST(test_connect_reaches_live_on_both_sides)
+{
+	struct qsm_listener *l = listen_server();
+	struct qsm_conn *q = new_client("LOGIN alice");
+
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_IDLE); /* nothing happens inside a downcall */
+	pump(0);
+	ck_assert_int_eq(qsm_listener_state(l), QSM_LISTENER_LISTENING);
+	ck_assert_str_eq(qsm_conn_state_name(q), "LIVE");
+	ck_assert_int_eq(qsm_conn_qp_state(q), QSM_QP_RTS);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_LIVE], 1);
+	ck_assert_int_eq(COUNT(cctx, unexpected), 0);
+	ck_assert_int_eq(COUNT(sctx, unexpected), 0);
+}
+END_TEST
+
+START_TEST(test_disconnect_closes_both_sides_and_frees_everything)
+{
+	struct qsm_conn *q;
+
+	listen_server();
+	q = new_client("LOGIN bob");
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	pump(0);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_DISCONNECTING], 1);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_CLOSING], 1);
+	ck_assert_int_eq(seen.released, 1);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_DRAINING], 1);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 0);
+	ck_assert_int_eq(COUNT(cctx, unexpected), 0);
+}
+END_TEST
+
+START_TEST(test_bad_private_data_is_rejected_with_a_reason)
+{
+	struct qsm_conn *q;
+
+	listen_server();
+	q = new_client("HELLO");
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_str_eq(seen.rejected_reason, "bad login");
+	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 0); /* the rejected passive queue is gone */
+}
+END_TEST
+
+START_TEST(test_reconnect_policy_gives_up_after_max_attempts)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = 10, .max_attempts = 3 },
+	};
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	qsm_conn_connect(q); /* no listener: REJECTED each time */
+	pump(10);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_FAILED);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_RECONNECT_WAIT], 3);
+	ck_assert_int_eq(COUNT(cctx, reconnects), 2);
+	/* CONNECT from FAILED starts over */
+	listen_server();
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump(0);
+	/* no login: rejected by the server, and the policy counts afresh */
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+}
+END_TEST
+
+START_TEST(test_device_removal_with_live_queues_releases_device_and_reconnects)
+{
+	struct qsm_listener *l = listen_server();
+	struct qsm_conn *q[10];
+
+	for (int i = 0; i < 10; i++) {
+		q[i] = new_client("LOGIN x");
+		qsm_conn_connect(q[i]);
+	}
+	pump(0);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(qsm_conn_state(q[i]), QSM_CM_LIVE);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump(0);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(qsm_conn_state(q[i]), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(seen.device_removed, 10);
+	ck_assert_int_eq(qsm_listener_state(l), QSM_LISTENER_RELISTEN_WAIT);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 0);
+	/* retries while the device is gone fail and back off; re-add brings everything back */
+	pump(5);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
+	pump(20);
+	ck_assert_int_eq(qsm_listener_state(l), QSM_LISTENER_LISTENING);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(qsm_conn_state(q[i]), QSM_CM_LIVE);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 10);
+}
+END_TEST
+
+START_TEST(test_device_removal_in_reconnect_gap_releases_device)
+{
+	struct qsm_conn *q = new_client("LOGIN y");
+
+	qsm_conn_connect(q); /* no listener: rejected, waits in the gap holding the device */
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(COUNT(cctx, devices_live), 1);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump(0);
+	ck_assert_int_eq(seen.device_removed, 1);
+	ck_assert_int_eq(COUNT(cctx, devices_live), 0);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+}
+END_TEST
+
+static int live_fails(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	note_enter(q, ev);
+	destroyed_q = q;
+	return -1;
+}
+
+static const struct qsm_class failing_class = {
+	.name = "failing",
+	.super = &client_class,
+	.active = { [QSM_CM_LIVE] = { .enter = live_fails } },
+};
+
+START_TEST(test_handler_returning_nonzero_destroys_queue_without_further_callbacks)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = { .cls = &failing_class, .dst = (struct sockaddr *)&addr,
+				   .private_data = "LOGIN", .private_data_len = 5 };
+
+	listen_server();
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	qsm_conn_connect(q);
+	pump(3);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_LIVE], 1);
+	ck_assert_int_eq(seen.calls_after_destroy, 0);
+	ck_assert_int_eq(seen.released, 0); /* no callback at all after the non-zero return */
+	ck_assert_int_eq(COUNT(cctx, aborts), 1);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+}
+END_TEST
+
+static int connected_destroys_self(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	note_enter(q, ev);
+	ck_assert_int_eq(qsm_conn_destroy(q), 0);
+	ck_assert_int_eq(qsm_conn_destroy(q), -EINVAL);
+	destroyed_q = q;
+	return 0;
+}
+
+static const struct qsm_class self_destroying_class = {
+	.name = "self_destroying",
+	.super = &client_class,
+	.active = { [QSM_CM_CONNECTED] = { .enter = connected_destroys_self } },
+};
+
+START_TEST(test_destroying_own_queue_inside_handler_is_safe)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = { .cls = &self_destroying_class, .dst = (struct sockaddr *)&addr,
+				   .private_data = "LOGIN", .private_data_len = 5 };
+
+	listen_server();
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	qsm_conn_connect(q);
+	pump(3);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_CONNECTED], 1);
+	ck_assert_int_eq(seen.calls_after_destroy, 0);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 0); /* the server saw the disconnect */
+}
+END_TEST
+
+static unsigned traced_unexpected;
+static void tracer(const struct qsm_trace_record *r, void *arg)
+{
+	(void)arg;
+	if (!r->to)
+		traced_unexpected++;
+}
+
+START_TEST(test_established_after_disconnected_goes_to_unexpected_and_is_traced)
+{
+	struct qsm_conn *q;
+
+	traced_unexpected = 0;
+	qsm_ctx_set_trace(cctx, tracer, NULL);
+	listen_server();
+	q = new_client("LOGIN z");
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_LATE_ESTABLISHED, 1), 0);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_DUP_DISCONNECTED, 1), 0);
+	qsm_conn_disconnect(q);
+	pump(0);
+	ck_assert_int_eq(COUNT(cctx, queues_live) + COUNT(sctx, queues_live), 0);
+	ck_assert_int_ge(seen.unexpected, 1);
+	ck_assert_uint_ge(traced_unexpected, 1);
+}
+END_TEST
+
+START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
+{
+	struct qsm_conn *q = new_client(NULL);
+	struct qsm_conn_opts o = { .cls = &client_class, .dst = (struct sockaddr *)&addr };
+	char big[64] = { 0 };
+
+	ck_assert_int_eq(qsm_conn_new(NULL, &o, &q), -EINVAL);
+	o.private_data = big;
+	o.private_data_len = sizeof(big);
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), -EINVAL);
+	q = new_client(NULL);
+	ck_assert_int_eq(qsm_conn_disconnect(q), -EINVAL); /* no edge in IDLE */
+	ck_assert_int_eq(qsm_conn_ready(q), -EINVAL);
+	ck_assert_int_eq(qsm_conn_accept(q, NULL, 0), -EOPNOTSUPP);
+	ck_assert_int_eq(qsm_conn_qp_state(q), -ENOENT);
+	ck_assert_int_eq(qsm_ctx_dispatch(NULL, 0), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_fd(NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_destroy(q), 0);
+	ck_assert_int_eq(qsm_conn_destroy(q), -EINVAL);
+	pump(0);
+}
+END_TEST
+
+static Suite *runtime_suite(void)
+{
+	Suite *s = suite_create("runtime");
+	TCase *t = tcase_create("sim");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_add_test(t, test_connect_reaches_live_on_both_sides);
+	tcase_add_test(t, test_disconnect_closes_both_sides_and_frees_everything);
+	tcase_add_test(t, test_bad_private_data_is_rejected_with_a_reason);
+	tcase_add_test(t, test_reconnect_policy_gives_up_after_max_attempts);
+	tcase_add_test(t, test_device_removal_with_live_queues_releases_device_and_reconnects);
+	tcase_add_test(t, test_device_removal_in_reconnect_gap_releases_device);
+	tcase_add_test(t, test_handler_returning_nonzero_destroys_queue_without_further_callbacks);
+	tcase_add_test(t, test_destroying_own_queue_inside_handler_is_safe);
+	tcase_add_test(t, test_established_after_disconnected_goes_to_unexpected_and_is_traced);
+	tcase_add_test(t, test_bad_arguments_and_illegal_downcalls_return_negative_errno);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+QSM_CHECK_MAIN(runtime_suite)
