@@ -401,6 +401,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 
 	if (r < 0)
 		return r;
+	ctx->counters.fabric_events++;
 	if (ev.event == QSM_EV_CONNECT_REQUEST)
 		target = ev.listen_owner;
 	else
@@ -490,6 +491,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		it = ctx->fifo[ctx->fifo_head];
 		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
 		ctx->fifo_len--;
+		ctx->counters.popped++;
 		dispatch_item(ctx, &it);
 		qsm_obj_put(ctx, it.target);
 		n++;

@@ -96,6 +96,9 @@ void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
 		ctx->counters.dropped++;
 		return;
 	}
+	ctx->counters.dispatched++;
+	ctx->counters.events[it->event]++;
+	ctx->counters.transitions++;
 	qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, "IN_USE", it->event,
 		  "REMOVING", it->status);
 	d->removing = true;

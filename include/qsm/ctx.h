@@ -99,13 +99,17 @@ struct qsm_timeouts {
 
 struct qsm_counters {
 	uint64_t events[QSM_EV_LIMIT];   /* dispatched, by event */
+	uint64_t fabric_events;          /* taken from the fabric (each acked at once) */
+	uint64_t popped;                 /* taken from the ctx's FIFO: dispatched + dropped */
 	uint64_t dispatched;             /* all events dispatched to a machine */
 	uint64_t transitions;            /* edges taken (self-loops included) */
 	uint64_t unexpected;             /* events with no edge */
 	uint64_t dropped;                /* events for a queue already destroyed */
 	uint64_t reconnects;             /* RETRY edges taken */
 	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
-	uint64_t aborts;                 /* handlers that returned non-zero */
+	uint64_t aborts;                 /* handlers that returned non-zero (their ABORT is
+	                                    dispatched at once, not through the FIFO, so
+	                                    popped + aborts == dispatched + dropped) */
 	uint64_t action_errors;          /* actions that failed and were fed back as events */
 	uint64_t queues_live;            /* queues not yet freed */
 	uint64_t devices_live;           /* devices the registry holds */
