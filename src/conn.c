@@ -295,7 +295,8 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	call(q, qsm_class_on_event(q->cls, q->passive, q->state), &info);
 	if (moved) {
 		call(q, qsm_class_exit(q->cls, q->passive, q->state), &info);
-		qsm_timer_cancel(ctx, &q->timer);
+		/* the old state's timer is void; an action may arm a new one (arm_retry) */
+		q->timer.event = 0;
 	}
 	for (unsigned int i = 0; i < edge.nactions; i++)
 		run_action(q, edge.actions[i], &info);
@@ -314,6 +315,8 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 
 		if (t)
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
+		else if (!q->timer.event)
+			qsm_timer_cancel(ctx, &q->timer);
 		call(q, qsm_class_enter(q->cls, q->passive, q->state), &info);
 	}
 }

@@ -1,6 +1,7 @@
 /* rdma-qsm: the ctx.  One per thread: it owns the fabric, the event FIFO and the timers,
  * and runs every callback from qsm_ctx_dispatch(), bounded, never blocking. */
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,13 +134,11 @@ int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg)
 	return 0;
 }
 
-void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
-	       const char *from, int event, const char *to, int status)
+void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
+		    const char *from, int event, const char *to, int status)
 {
 	struct qsm_trace_record r;
 
-	if (!ctx->trace && !ctx->trace_stderr)
-		return;
 	r = (struct qsm_trace_record){
 		.time_ns = qsm_now(ctx) - ctx->t0_ns, .kind = kind, .class_name = cls, .id = serial,
 		.from = from, .event = qsm_event_name(event), .to = to, .status = status,
@@ -292,10 +291,16 @@ void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
 	heap_down(ctx, ctx->heap[i]->heap_idx);
 }
 
-/* One timer per object: arming replaces whatever was armed. */
+/* One timer per object: arming replaces whatever was armed (in place: one sift). */
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
 {
-	qsm_timer_cancel(ctx, t);
+	if (t->heap_idx != UINT32_MAX) {
+		t->event = event;
+		t->deadline_ns = qsm_now(ctx) + delay_ms * 1000000ull;
+		heap_up(ctx, t->heap_idx);
+		heap_down(ctx, t->heap_idx);
+		return;
+	}
 	if (ctx->heap_len == ctx->heap_cap) {
 		uint32_t cap = ctx->heap_cap ? ctx->heap_cap * 2 : 64;
 		struct qsm_timer **n = realloc(ctx->heap, cap * sizeof(*n));
@@ -488,7 +493,9 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			break;
 		if (!ctx->fifo_len)
 			continue;
-		it = ctx->fifo[ctx->fifo_head];
+		/* copy the header and only the private data that is there */
+		memcpy(&it, &ctx->fifo[ctx->fifo_head],
+		       offsetof(struct qsm_item, pdata) + ctx->fifo[ctx->fifo_head].pdata_len);
 		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
 		ctx->fifo_len--;
 		ctx->counters.popped++;

@@ -122,15 +122,20 @@ static void map_machine(const struct qsm_sm *sm)
 	}
 }
 
+static int mapped;
+
 static void map_all(void)
 {
 	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
 		map_machine(machines[m]);
+	__atomic_store_n(&mapped, 1, __ATOMIC_RELEASE);
 }
 
 int qsm_sm_cs(const struct qsm_sm *sm, int state)
 {
-	pthread_once(&map_once, map_all);
+	/* the map is written once; after that this is a plain load on the hot path */
+	if (!__atomic_load_n(&mapped, __ATOMIC_ACQUIRE))
+		pthread_once(&map_once, map_all);
 	if (state < 0 || state >= sm->nstates)
 		return -EINVAL;
 	return state_cs[sm->id][state];

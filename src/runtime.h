@@ -164,11 +164,19 @@ void qsm_forget_id(struct qsm_ctx *ctx, struct qsm_fid *id);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
 void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
-void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
-	       const char *from, int event, const char *to, int status);
+void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
+		    const char *from, int event, const char *to, int status);
 uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
+
+/* One trace record per transition or unexpected event; free when nobody listens. */
+static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
+			     const char *from, int event, const char *to, int status)
+{
+	if (ctx->trace || ctx->trace_stderr)
+		qsm_trace_emit(ctx, kind, cls, serial, from, event, to, status);
+}
 
 /* conn.c */
 void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it);
