@@ -146,6 +146,8 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		struct qsm_fdev *d = ops->id_device(q->id);
 
 		if (d && (!q->dev || q->dev->fdev != d)) {
+			/* another device now: what was registered on the old one goes */
+			qsm_conn_release_mrs(q, false);
 			qsm_device_detach(q);
 			qsm_device_attach(q, d);
 		}
@@ -211,11 +213,13 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		ctx->counters.device_removals++;
 		call(q, qsm_class_device_removed(q->cls), ev);
 		release_id(q);
+		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
 		break;
 	case QSM_ACT_RELEASE_ALL:
 		qsm_timer_cancel(ctx, &q->timer);
 		release_id(q);
+		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
 		break;
 	case QSM_ACT_NOTIFY_REQUEST:
@@ -265,6 +269,7 @@ static void conn_close(struct qsm_conn *q)
 	q->obj.closed = true;
 	qsm_timer_cancel(q->ctx, &q->timer);
 	release_id(q);
+	qsm_conn_release_mrs(q, true);
 	qsm_device_detach(q);
 	qsm_list_del(&q->node);
 	q->ctx->counters.queues_live--;
@@ -331,6 +336,14 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 		ctx->counters.dropped++;
 		return;
 	}
+	if (it->event == QSM_EV_COMPLETION) {
+		qsm_conn_completion(q, it);
+		if (q->abort_pending && !q->obj.closed) {
+			q->abort_pending = false;
+			step(q, QSM_EV_ABORT, 0, NULL, 0);
+		}
+		return;
+	}
 	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR)
 		qp_feed(q, it->event);
 	else if (it->event == QSM_EV_DRAINED)
@@ -372,6 +385,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->timer.heap_idx = UINT32_MAX;
 	q->timer.owner = &q->obj;
 	qsm_list_init(&q->dev_node);
+	qsm_list_init(&q->mrs);
 	qsm_list_add_tail(&ctx->conns, &q->node);
 	ctx->counters.queues_live++;
 	return q;

@@ -454,6 +454,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 	it->id = ev.id;
 	it->event = ev.event;
 	it->status = ev.status;
+	it->wc = ev.wc;
 	it->pdata_len = ev.private_data_len > sizeof(it->pdata) ? sizeof(it->pdata) : ev.private_data_len;
 	memcpy(it->pdata, ev.private_data, it->pdata_len);
 	target->refs++;

@@ -3,10 +3,12 @@
 #ifndef QSM_FABRIC_H
 #define QSM_FABRIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <qsm/data.h>
 #include <qsm/events.h>
 
 /*
@@ -43,6 +45,41 @@
 struct qsm_fabric;
 struct qsm_fid;          /* an rdma_cm_id */
 struct qsm_fdev;         /* an RDMA device (ibv_context) */
+struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
+
+/*
+ * Data path (the same contract: calls never call back, results come as events):
+ * - reg_mr() registers memory with the device's PD; dereg_mr() releases it.  An MR keeps
+ *   its device's resources alive like a device_get() reference does.
+ * - post_send()/post_recv() post on the id's QP.  Every signaled send WR and every recv WR
+ *   comes back as exactly one QSM_EV_COMPLETION event (owner = the id's owner, `wc`
+ *   filled), in the order the QP completes them; unsignaled sends come back only in error.
+ *   After the QP went to ERR (drain, disconnect, fatal error) outstanding WRs complete
+ *   with QSM_WC_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
+ *   so the ULP always gets its buffers back.  The drain marker is never reported as a
+ *   completion: its flush is the DRAINED event.
+ * - A completion with a status other than SUCCESS and FLUSH_ERR is also reported, once per
+ *   QP, as QSM_EV_WC_ERROR (after the completion).
+ */
+
+/* Not a machine event: completions go to the class's completion handler directly. */
+#define QSM_EV_COMPLETION 112
+
+/* The data path's public types (sge, completion status, opcodes, access bits) are shared. */
+#define QSM_FABRIC_MAX_SGE QSM_MAX_SGE
+#define qsm_fabric_sge qsm_sge
+#define qsm_fabric_wc qsm_wc
+
+struct qsm_fabric_wr {
+	uint64_t wr_id;
+	enum qsm_wr_opcode opcode;          /* SEND, RDMA_WRITE, RDMA_READ */
+	const struct qsm_fabric_sge *sg_list;
+	int num_sge;                        /* 0 .. QSM_FABRIC_MAX_SGE */
+	uint64_t remote_addr;               /* RDMA_WRITE / RDMA_READ */
+	uint32_t rkey;
+	bool signaled;
+};
+
 
 #define QSM_FABRIC_PDATA_MAX 256
 
@@ -53,6 +90,7 @@ struct qsm_fabric_event {
 	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */
 	void *listen_owner;       /* CONNECT_REQUEST: owner of the listening id */
 	struct qsm_fdev *device;  /* DEVICE_ADDED / DEVICE_REMOVAL: the device */
+	struct qsm_fabric_wc wc;  /* QSM_EV_COMPLETION */
 	size_t private_data_len;
 	uint8_t private_data[QSM_FABRIC_PDATA_MAX];
 };
@@ -99,6 +137,14 @@ struct qsm_fabric_ops {
 	int (*device_addr)(struct qsm_fdev *d, struct sockaddr_storage *ss);
 	/* The local address an id is bound or resolved to. */
 	int (*id_src_addr)(struct qsm_fid *id, struct sockaddr_storage *ss);
+
+	/* ---- data path (see the contract above) ---- */
+	int (*reg_mr)(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
+		      uint32_t *lkey, uint32_t *rkey);
+	void (*dereg_mr)(struct qsm_fmr *mr);
+	int (*post_send)(struct qsm_fid *id, const struct qsm_fabric_wr *wr);
+	int (*post_recv)(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+			 int num_sge);
 };
 
 struct qsm_fabric {

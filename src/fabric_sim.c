@@ -20,6 +20,7 @@
 #define DEV_NAME_MAX 64          /* IB_DEVICE_NAME_MAX, terminator included */
 #define PORT_FIRST 32768         /* the default ip_local_port_range */
 #define PORT_LAST 60999
+#define MSG_MAX (1ull << 31)     /* max_msg_sz of every RC HCA */
 
 #define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
@@ -66,7 +67,26 @@ struct sim_device {
 	char name[DEV_NAME_MAX];
 	struct sockaddr_storage addr;        /* port 0 */
 	enum qsm_sim_device_state state;
-	unsigned nids, nqps, refs;           /* what keeps a removed device REMOVING */
+	unsigned nids, nqps, refs, nmrs;     /* what keeps a removed device REMOVING */
+	struct link mrs;                     /* its MRs, registration order */
+};
+
+/* A memory region: what the keys of a WR are checked against when the WR executes. */
+struct sim_mr {
+	struct link node;                    /* in sim_device.mrs */
+	struct sim_device *dev;
+	uint64_t addr;
+	size_t len;
+	int access;                          /* QSM_ACCESS_* */
+	uint32_t lkey, rkey;
+};
+
+/* A posted receive, waiting on its QP for a SEND; its SGEs are checked when one lands. */
+struct sim_recv {
+	struct link node;                    /* in sim_id.recvs, post order */
+	uint64_t wr_id;
+	int num_sge;
+	struct qsm_fabric_sge sge[QSM_FABRIC_MAX_SGE];
 };
 
 /* An id's connection state, reduced to what changes the answer of some call. */
@@ -97,6 +117,11 @@ struct sim_id {
 	struct sim_id *peer;                 /* the other end while CONNECT, REQ_RCVD or ESTABLISHED */
 	bool has_qp;
 	enum qsm_qp_state qp_state;
+	/* The QP's data path.  Sends execute when posted, so only receives wait. */
+	struct link recvs;
+	unsigned nrecvs;
+	struct qsm_fabric_qp_attr cap;       /* as asked for; 0 SGEs means 1, as rdmacm does */
+	bool wc_error_sent;                  /* WC_ERROR is once per QP */
 };
 
 struct sim_event {
@@ -108,6 +133,7 @@ struct sim_event {
 	struct sim_device *dev;
 	int event;
 	int status;
+	struct qsm_fabric_wc wc;             /* QSM_EV_COMPLETION */
 	size_t len;
 	uint8_t pdata[QSM_SIM_REP_PDATA];    /* the largest CM private data */
 };
@@ -129,6 +155,7 @@ struct qsm_sim {
 	bool free_pending;                   /* qsm_sim_free() came while fabrics were alive */
 	unsigned faults[QSM_SIM_FAULT_COUNT];
 	unsigned next_port;
+	uint32_t next_key;                   /* MR keys: never reused, so a stale key never matches */
 	struct qsm_sim_stats st;
 };
 
@@ -306,7 +333,7 @@ static struct sim_device *device_serving(struct qsm_sim *sim, const struct socka
 /* The one place a removed device becomes GONE: when its last reference goes. */
 static void device_settle(struct sim_device *d)
 {
-	if (d->state == QSM_SIM_DEVICE_REMOVING && !d->nids && !d->nqps && !d->refs)
+	if (d->state == QSM_SIM_DEVICE_REMOVING && !d->nids && !d->nqps && !d->refs && !d->nmrs)
 		d->state = QSM_SIM_DEVICE_GONE;
 }
 
@@ -373,6 +400,7 @@ struct post {
 	struct sim_device *dev;
 	int event;
 	int status;
+	const struct qsm_fabric_wc *wc;      /* QSM_EV_COMPLETION */
 	const void *pdata;
 	size_t len;
 	size_t wire;                         /* the CM message's private data size: len is padded to it */
@@ -389,6 +417,8 @@ static struct sim_event *event_new(struct sim_fabric *fab, const struct post *p)
 	e->dev = p->dev;
 	e->event = p->event;
 	e->status = p->status;
+	if (p->wc)
+		e->wc = *p->wc;
 	e->len = p->wire;
 	if (p->len)
 		memcpy(e->pdata, p->pdata, p->len);
@@ -423,23 +453,26 @@ static void post_simple(struct sim_id *id, int event, int status)
 	post(&(struct post){ .id = id, .event = event, .status = status });
 }
 
-/* Drop every pending event of `id`, queued or held: after destroy_id nothing of it is returned. */
-static void drop_events_of(struct sim_id *id)
+/* Drop the pending events of `id`, queued or held: all of them (event 0), or one kind. */
+static void drop_events(struct sim_id *id, int event)
 {
+	struct link *heads[2] = { &id->fab->queue, &id->fab->sim->held };
 	struct link *pos, *tmp;
 
-	list_each(pos, tmp, &id->fab->queue) {
-		struct sim_event *e = container_of(pos, struct sim_event, node);
+	for (int i = 0; i < 2; i++) {
+		list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = container_of(pos, struct sim_event, node);
 
-		if (e->id == id)
-			event_drop(e);
+			if (e->id == id && (!event || e->event == event))
+				event_drop(e);
+		}
 	}
-	list_each(pos, tmp, &id->fab->sim->held) {
-		struct sim_event *e = container_of(pos, struct sim_event, node);
+}
 
-		if (e->id == id)
-			event_drop(e);
-	}
+/* After destroy_id nothing of the id is returned. */
+static void drop_events_of(struct sim_id *id)
+{
+	drop_events(id, 0);
 }
 
 /* A CONNECT_REQUEST of `listener` not yet returned, queued or held, or NULL. */
@@ -461,18 +494,65 @@ static struct sim_event *unreported_request(struct sim_id *listener)
 
 /* ---- QPs ---- */
 
-static void qp_err(struct sim_id *id)
+/*
+ * One work completion, to the id's owner.  An error other than a flush is also the
+ * QP's WC_ERROR, once per QP, right behind it (-EIO, as the rdmacm backend reports it).
+ */
+static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcode,
+		     enum qsm_wc_status status, uint32_t byte_len)
 {
-	if (id->has_qp)
-		id->qp_state = QSM_QP_ERR;
+	struct qsm_fabric_wc wc = { .wr_id = wr_id, .status = status, .opcode = opcode,
+				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
+
+	post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = &wc });
+	if (status != QSM_WC_SUCCESS && status != QSM_WC_WR_FLUSH_ERR && !id->wc_error_sent) {
+		id->wc_error_sent = true;
+		post_simple(id, QSM_EV_WC_ERROR, -EIO);
+	}
 }
 
+static void recv_free(struct sim_id *id, struct sim_recv *r)
+{
+	list_del(&r->node);
+	id->nrecvs--;
+	free(r);
+}
+
+/*
+ * The QP enters ERR: what it still holds flushes, in post order, at once, so the
+ * completions precede whatever reports the cause (DISCONNECTED, DRAINED, ...).
+ */
+static void qp_err(struct sim_id *id)
+{
+	if (!id->has_qp)
+		return;
+	id->qp_state = QSM_QP_ERR;
+	while (!list_empty(&id->recvs)) {
+		struct sim_recv *r = container_of(id->recvs.next, struct sim_recv, node);
+
+		complete(id, r->wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
+		recv_free(id, r);
+	}
+}
+
+/* An affiliated asynchronous error (IBV_EVENT_QP_FATAL, QP_ACCESS_ERR, ...). */
+static void qp_fatal(struct sim_id *id)
+{
+	qp_err(id);
+	post_simple(id, QSM_EV_QP_FATAL, 0);
+}
+
+/* The QP is gone with what it held: no completion for its WRs, as with
+ * ibv_destroy_qp, which also cleans its CQEs not yet polled from the CQ. */
 static void qp_destroy(struct sim_id *id)
 {
 	struct qsm_sim *sim = id->fab->sim;
 
 	if (!id->has_qp)
 		return;
+	while (!list_empty(&id->recvs))
+		recv_free(id, container_of(id->recvs.next, struct sim_recv, node));
+	drop_events(id, QSM_EV_COMPLETION);
 	id->has_qp = false;
 	id->dev->nqps--;
 	sim->st.qps--;
@@ -630,6 +710,7 @@ static struct sim_id *id_alloc(struct sim_fabric *f, void *owner)
 	id->fab = f;
 	id->owner = owner;
 	id->state = ID_IDLE;
+	list_init(&id->recvs);
 	list_add_tail(&f->ids, &id->node);
 	f->sim->st.ids++;
 	return id;
@@ -745,6 +826,167 @@ static struct sim_id *listener_for(struct qsm_sim *sim, const struct sockaddr_st
 	return NULL;
 }
 
+/* ---- the data path: WRs execute when posted, against the MRs their keys name ---- */
+
+static bool mr_covers(const struct sim_mr *mr, uint64_t addr, uint64_t len)
+{
+	return addr >= mr->addr && len <= mr->len && addr - mr->addr <= mr->len - len;
+}
+
+/* The MR of `d` that `key` names (an lkey, or an rkey if `remote`), or NULL. */
+static struct sim_mr *mr_by_key(struct sim_device *d, uint32_t key, bool remote)
+{
+	struct link *pos, *tmp;
+
+	list_each(pos, tmp, &d->mrs) {
+		struct sim_mr *mr = container_of(pos, struct sim_mr, node);
+
+		if ((remote ? mr->rkey : mr->lkey) == key)
+			return mr;
+	}
+	return NULL;
+}
+
+/* Does `key` on `d` grant `access` to [addr, addr + len)? */
+static bool mr_grants(struct sim_device *d, uint32_t key, bool remote, uint64_t addr, uint64_t len,
+		      int access)
+{
+	struct sim_mr *mr = mr_by_key(d, key, remote);
+
+	return mr && (mr->access & access) == access && mr_covers(mr, addr, len);
+}
+
+/* Every SGE of a local list names an MR of `d` that covers it with `access`. */
+static bool sges_valid(struct sim_device *d, const struct qsm_fabric_sge *sg, int n, int access)
+{
+	for (int i = 0; i < n; i++)
+		if (!mr_grants(d, sg[i].lkey, false, sg[i].addr, sg[i].length, access))
+			return false;
+	return true;
+}
+
+static uint64_t sges_len(const struct qsm_fabric_sge *sg, int n)
+{
+	uint64_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += sg[i].length;
+	return len;
+}
+
+/* Gather from `src` and scatter into `dst`, as far as both go; memmove, as a loopback
+ * transfer may overlap itself. */
+static void sges_copy(const struct qsm_fabric_sge *dst, int dn, const struct qsm_fabric_sge *src, int sn)
+{
+	int di = 0, si = 0;
+	uint32_t doff = 0, soff = 0;
+
+	while (di < dn && si < sn) {
+		uint32_t n = dst[di].length - doff;
+
+		if (n > src[si].length - soff)
+			n = src[si].length - soff;
+		memmove((void *)(uintptr_t)(dst[di].addr + doff), (const void *)(uintptr_t)(src[si].addr + soff), n);
+		doff += n;
+		soff += n;
+		if (doff == dst[di].length) {
+			di++;
+			doff = 0;
+		}
+		if (soff == src[si].length) {
+			si++;
+			soff = 0;
+		}
+	}
+}
+
+/* A send WR that failed: its completion, signaled or not, and the QP goes to ERR. */
+static void send_failed(struct sim_id *id, const struct qsm_fabric_wr *wr, enum qsm_wc_status status)
+{
+	complete(id, wr->wr_id, wr->opcode, status, 0);
+	qp_err(id);
+}
+
+static void send_done(struct sim_id *id, const struct qsm_fabric_wr *wr, uint32_t byte_len)
+{
+	if (wr->signaled)
+		complete(id, wr->wr_id, wr->opcode, QSM_WC_SUCCESS, byte_len);
+}
+
+/*
+ * A SEND lands in the peer's first posted receive.  The responder detects its errors
+ * first and completes that receive in error; the requester then gets the NAK: REM_INV_REQ
+ * or REM_OP_ERR on hardware, GENERAL_ERR here (the subset of fabric.h has neither).
+ */
+static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
+{
+	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
+	struct sim_recv *r;
+	enum qsm_wc_status rstatus = QSM_WC_SUCCESS;
+
+	if (list_empty(&peer->recvs)) {
+		/* RNR NAKs until the retries run out.  An RNR NAK is flow control: the responder's
+		 * QP stays in RTS and hears nothing. */
+		send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
+		return;
+	}
+	r = container_of(peer->recvs.next, struct sim_recv, node);
+	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE))
+		rstatus = QSM_WC_LOC_PROT_ERR;
+	else if (len > sges_len(r->sge, r->num_sge))
+		rstatus = QSM_WC_LOC_LEN_ERR;
+	if (rstatus != QSM_WC_SUCCESS) {
+		complete(peer, r->wr_id, QSM_WR_RECV, rstatus, 0);
+		recv_free(peer, r);
+		qp_err(peer);
+		send_failed(id, wr, QSM_WC_GENERAL_ERR);
+		return;
+	}
+	sges_copy(r->sge, r->num_sge, wr->sg_list, wr->num_sge);
+	complete(peer, r->wr_id, QSM_WR_RECV, QSM_WC_SUCCESS, (uint32_t)len);
+	recv_free(peer, r);
+	send_done(id, wr, 0);
+}
+
+/*
+ * RDMA WRITE and READ reach the peer's memory through its rkey; the peer's owner sees
+ * nothing unless the rkey is refused: then the responder's QP goes to ERR with an
+ * affiliated async error (IBV_EVENT_QP_ACCESS_ERR, reported as QP_FATAL) and the
+ * requester gets REM_ACCESS_ERR.  A zero-length transfer checks no rkey (IB spec).
+ */
+static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
+{
+	bool write = wr->opcode == QSM_WR_RDMA_WRITE;
+	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
+	struct qsm_fabric_sge remote = { .addr = wr->remote_addr, .length = (uint32_t)len };
+
+	if (len && !mr_grants(peer->dev, wr->rkey, true, wr->remote_addr, len,
+			      write ? QSM_ACCESS_REMOTE_WRITE : QSM_ACCESS_REMOTE_READ)) {
+		qp_fatal(peer);
+		send_failed(id, wr, QSM_WC_REM_ACCESS_ERR);
+		return;
+	}
+	if (write)
+		sges_copy(&remote, 1, wr->sg_list, wr->num_sge);
+	else
+		sges_copy(wr->sg_list, wr->num_sge, &remote, 1);
+	send_done(id, wr, write ? 0 : (uint32_t)len);
+}
+
+static uint32_t sge_cap(uint32_t asked)
+{
+	uint32_t n = asked ? asked : 1;
+
+	return n < QSM_FABRIC_MAX_SGE ? n : QSM_FABRIC_MAX_SGE;
+}
+
+static int sges_check(const struct qsm_fabric_sge *sg, int n, uint32_t asked)
+{
+	if (n < 0 || (uint32_t)n > sge_cap(asked) || (n && !sg))
+		return -EINVAL;
+	return 0;
+}
+
 /* ---- the fabric ops ---- */
 
 static void sim_destroy(struct qsm_fabric *base)
@@ -807,6 +1049,7 @@ static int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	ev->device = e->dev ? fdev_of(e->dev) : NULL;
 	ev->private_data_len = e->len;
 	memcpy(ev->private_data, e->pdata, e->len);
+	ev->wc = e->wc;
 	f->sim->st.events_delivered++;
 	free(e);
 	return 0;
@@ -956,6 +1199,8 @@ static int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *a
 		return -ENOMEM;
 	id->has_qp = true;
 	id->qp_state = QSM_QP_INIT;
+	id->cap = *attr;
+	id->wc_error_sent = false;
 	id->dev->nqps++;
 	sim->st.qps++;
 	return 0;
@@ -1115,8 +1360,9 @@ static int sim_drain(struct qsm_fid *fid)
 		return -EINVAL;
 	if (!id->has_qp)
 		return -EINVAL;
-	/* No device check: draining is how the runtime lets go of a device being removed. */
-	id->qp_state = QSM_QP_ERR;
+	/* No device check: draining is how the runtime lets go of a device being removed.
+	 * The marker is posted last, so it flushes behind every WR posted before it. */
+	qp_err(id);
 	post_simple(id, QSM_EV_DRAINED, 0);
 	return 0;
 }
@@ -1183,6 +1429,134 @@ static int sim_id_src_addr(struct qsm_fid *fid, struct sockaddr_storage *ss)
 	return 0;
 }
 
+/* ---- data path ops ---- */
+
+static int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
+		      uint32_t *lkey, uint32_t *rkey)
+{
+	struct sim_device *d = to_dev(fdev);
+	struct sim_mr *mr;
+
+	if (!d || !addr || !len || !ret || !lkey || !rkey)
+		return -EINVAL;
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+		return -EINVAL;
+	/* ibv_reg_mr: remote write needs local write. */
+	if ((access & QSM_ACCESS_REMOTE_WRITE) && !(access & QSM_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	if ((uintptr_t)addr + len < (uintptr_t)addr)
+		return -EINVAL;
+	if (!device_up(d))
+		return -ENODEV;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->dev = d;
+	mr->addr = (uintptr_t)addr;
+	mr->len = len;
+	mr->access = access;
+	/* Distinct lkey and rkey, so that a ULP that mixes them up fails here as on some HCAs. */
+	mr->lkey = ++d->sim->next_key;
+	mr->rkey = ++d->sim->next_key;
+	list_add_tail(&d->mrs, &mr->node);
+	d->nmrs++;
+	d->sim->st.mrs++;
+	*ret = (struct qsm_fmr *)(void *)mr;
+	*lkey = mr->lkey;
+	*rkey = mr->rkey;
+	return 0;
+}
+
+static void sim_dereg_mr(struct qsm_fmr *fmr)
+{
+	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
+	struct sim_device *d;
+
+	if (!mr)
+		return;
+	d = mr->dev;
+	list_del(&mr->node);
+	d->nmrs--;
+	d->sim->st.mrs--;
+	free(mr);
+	device_settle(d);
+}
+
+/*
+ * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
+ * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
+ * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.
+ */
+static int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_id *peer;
+
+	if (!id || !wr || !id->has_qp)
+		return -EINVAL;
+	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_RDMA_WRITE && wr->opcode != QSM_WR_RDMA_READ)
+		return -EINVAL;
+	if (sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
+		return -EINVAL;
+	if (id->qp_state == QSM_QP_ERR) {
+		complete(id, wr->wr_id, wr->opcode, QSM_WC_WR_FLUSH_ERR, 0);
+		return 0;
+	}
+	if (id->qp_state != QSM_QP_RTS)
+		return -EINVAL;
+
+	/* READ writes what comes back into the local SGEs. */
+	if (!sges_valid(id->dev, wr->sg_list, wr->num_sge,
+			wr->opcode == QSM_WR_RDMA_READ ? QSM_ACCESS_LOCAL_WRITE : 0)) {
+		send_failed(id, wr, QSM_WC_LOC_PROT_ERR);
+		return 0;
+	}
+	if (sges_len(wr->sg_list, wr->num_sge) > MSG_MAX) {
+		send_failed(id, wr, QSM_WC_LOC_LEN_ERR);
+		return 0;
+	}
+	/* A responder that is gone or in ERR drops the packets: the transport retries run out. */
+	peer = id->peer;
+	if (!peer || !peer->has_qp || peer->qp_state != QSM_QP_RTS) {
+		send_failed(id, wr, QSM_WC_RETRY_EXC_ERR);
+		return 0;
+	}
+	if (wr->opcode == QSM_WR_SEND)
+		send_to(id, peer, wr);
+	else
+		rdma_to(id, peer, wr);
+	return 0;
+}
+
+/* Receives may be posted from INIT on; they wait, in order, for SENDs; in ERR they flush. */
+static int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+			 int num_sge)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_recv *r;
+
+	if (!id || !id->has_qp)
+		return -EINVAL;
+	if (sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
+		return -EINVAL;
+	if (id->qp_state == QSM_QP_ERR) {
+		complete(id, wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
+		return 0;
+	}
+	if (id->nrecvs >= id->cap.max_recv_wr)
+		return -ENOMEM;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->wr_id = wr_id;
+	r->num_sge = num_sge;
+	if (num_sge)
+		memcpy(r->sge, sg_list, (size_t)num_sge * sizeof(*sg_list));
+	list_add_tail(&id->recvs, &r->node);
+	id->nrecvs++;
+	return 0;
+}
+
 static const struct qsm_fabric_ops sim_ops = {
 	.name = "sim",
 	.destroy = sim_destroy,
@@ -1208,6 +1582,10 @@ static const struct qsm_fabric_ops sim_ops = {
 	.device_name = sim_device_name,
 	.device_addr = sim_device_addr,
 	.id_src_addr = sim_id_src_addr,
+	.reg_mr = sim_reg_mr,
+	.dereg_mr = sim_dereg_mr,
+	.post_send = sim_post_send,
+	.post_recv = sim_post_recv,
 };
 
 /* ---- the public world API (qsm/sim.h) ---- */
@@ -1240,9 +1618,16 @@ void qsm_sim_free(struct qsm_sim *sim)
 		sim->free_pending = true;
 		return;
 	}
-	/* No fabric, so no id, no queued and no held event is left: only devices. */
-	list_each(pos, tmp, &sim->devices)
-		free(container_of(pos, struct sim_device, node));
+	/* No fabric, so no id, no queued and no held event is left: only devices, and
+	 * MRs never deregistered (they belong to a device, not to a fabric). */
+	list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = container_of(pos, struct sim_device, node);
+		struct link *mpos, *mtmp;
+
+		list_each(mpos, mtmp, &d->mrs)
+			free(container_of(mpos, struct sim_mr, node));
+		free(d);
+	}
 	free(sim);
 }
 
@@ -1308,6 +1693,7 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 		if (!d)
 			return -ENOMEM;
 		d->sim = sim;
+		list_init(&d->mrs);
 		strcpy(d->name, name);
 		list_add_tail(&sim->devices, &d->node);
 	}
@@ -1445,8 +1831,7 @@ int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
 
 	if (r < 0)
 		return r;
-	id->qp_state = QSM_QP_ERR;
-	post_simple(id, QSM_EV_QP_FATAL, 0);
+	qp_fatal(id);
 	return 0;
 }
 

@@ -94,6 +94,7 @@ struct qsm_conn {
 	bool has_src;
 	void *user;
 	struct qsm_listener *listener;
+	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
 	uint8_t pdata[QSM_CONN_PDATA_MAX];
 	_Alignas(16) unsigned char priv[];
 };
@@ -115,6 +116,14 @@ struct qsm_listener {
 	void *user;
 };
 
+struct qsm_mr {
+	struct qsm_conn *q;
+	struct qsm_fmr *fmr;        /* NULL once its device went away */
+	struct qsm_device *dev;
+	uint32_t lkey, rkey;
+	struct qsm_list node;
+};
+
 /* The id of a queued event whose id was destroyed since. */
 #define QSM_STALE_ID ((struct qsm_fid *)(uintptr_t)1)
 
@@ -124,6 +133,7 @@ struct qsm_item {
 	struct qsm_fid *id;         /* fabric events: the id it came on (stale check); else NULL */
 	int event;
 	int status;
+	struct qsm_wc wc;           /* QSM_EV_COMPLETION */
 	size_t pdata_len;
 	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
 };
@@ -184,6 +194,10 @@ int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_free(struct qsm_conn *q);
 void qsm_conn_teardown(struct qsm_conn *q);
 
+/* data.c */
+void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
+void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it);
+
 /* listener.c */
 void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_listener_free(struct qsm_listener *l);
@@ -201,6 +215,7 @@ qsm_handler_fn qsm_class_exit(const struct qsm_class *c, bool passive, int state
 qsm_handler_fn qsm_class_on_event(const struct qsm_class *c, bool passive, int state);
 qsm_handler_fn qsm_class_unexpected(const struct qsm_class *c);
 qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c);
+int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc);
 void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q);
 size_t qsm_class_priv_size(const struct qsm_class *c);
 

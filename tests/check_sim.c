@@ -22,7 +22,8 @@ static struct qsm_fabric *fc, *fs;
 static char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;
 
 static const struct qsm_fabric_qp_attr qp_attr = {
-	.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1,
+	.max_send_wr = 16, .max_recv_wr = 16,
+	.max_send_sge = QSM_FABRIC_MAX_SGE, .max_recv_sge = QSM_FABRIC_MAX_SGE,
 };
 
 static struct qsm_fabric_event ev;
@@ -127,6 +128,7 @@ static void assert_clean(void)
 	ck_assert_uint_eq(st.ids, 0);
 	ck_assert_uint_eq(st.qps, 0);
 	ck_assert_uint_eq(st.device_refs, 0);
+	ck_assert_uint_eq(st.mrs, 0);
 	ck_assert_uint_eq(st.events_pending, 0);
 	ck_assert_uint_eq(st.ids_leaked, 0);
 }
@@ -980,6 +982,7 @@ START_TEST(test_fabric_destroy_frees_leftover_ids_and_counts_them_leaked)
 	ck_assert_uint_eq(st.ids_leaked, 2);
 	ck_assert_uint_eq(st.ids, 0);
 	ck_assert_uint_eq(st.qps, 0);
+	ck_assert_uint_eq(st.mrs, 0);
 	ck_assert_uint_eq(st.events_pending, 0);
 	ck_assert_int_eq(qsm_sim_device_remove(sim, "mlx5_1"), 0);
 	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_1"), QSM_SIM_DEVICE_GONE);
@@ -1191,6 +1194,846 @@ START_TEST(test_stats_count_every_event_delivered_or_dropped)
 }
 END_TEST
 
+/* ---- the data path ---- */
+
+/* A buffer registered on an id's device. */
+struct region {
+	uint8_t *mem;
+	struct qsm_fmr *mr;
+	uint32_t lkey, rkey;
+};
+
+static struct region reg(struct qsm_fabric *f, struct qsm_fid *id, void *mem, size_t len, int access)
+{
+	struct region r = { .mem = mem };
+
+	ck_assert_int_eq(f->ops->reg_mr(f->ops->id_device(id), mem, len, access, &r.mr, &r.lkey, &r.rkey), 0);
+	return r;
+}
+
+static struct qsm_fabric_sge sge(const struct region *r, size_t off, uint32_t len)
+{
+	return (struct qsm_fabric_sge){ .addr = (uintptr_t)(r->mem + off), .length = len, .lkey = r->lkey };
+}
+
+static int post_wr(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode op,
+		   const struct qsm_fabric_sge *sg, int n, uint64_t remote_addr, uint32_t rkey)
+{
+	struct qsm_fabric_wr wr = { .wr_id = wr_id, .opcode = op, .sg_list = sg, .num_sge = n,
+				    .remote_addr = remote_addr, .rkey = rkey, .signaled = true };
+
+	return f->ops->post_send(id, &wr);
+}
+
+static int post_send1(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, struct qsm_fabric_sge sg)
+{
+	return post_wr(f, id, wr_id, QSM_WR_SEND, &sg, 1, 0, 0);
+}
+
+static int post_recv1(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, struct qsm_fabric_sge sg)
+{
+	return f->ops->post_recv(id, wr_id, &sg, 1);
+}
+
+/* Take the next event of f: a completion of `wr_id` with that status and opcode. */
+#define expect_wc(f, owner, wr_id, status, opcode) expect_wc_at(__LINE__, f, owner, wr_id, status, opcode)
+static struct qsm_fabric_wc *expect_wc_at(int line, struct qsm_fabric *f, void *owner, uint64_t wr_id,
+					  enum qsm_wc_status status, enum qsm_wr_opcode opcode)
+{
+	expect_at(line, f, QSM_EV_COMPLETION, owner);
+	ck_assert_msg(ev.wc.wr_id == wr_id, "line %d: completion of wr %llu, expected %llu", line,
+		      (unsigned long long)ev.wc.wr_id, (unsigned long long)wr_id);
+	ck_assert_msg(ev.wc.status == status, "line %d: wr %llu status %d, expected %d", line,
+		      (unsigned long long)wr_id, ev.wc.status, status);
+	ck_assert_msg(ev.wc.opcode == opcode, "line %d: wr %llu opcode %d, expected %d", line,
+		      (unsigned long long)wr_id, ev.wc.opcode, opcode);
+	return &ev.wc;
+}
+
+static void fill(uint8_t *p, size_t n, uint8_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed + i * 7);
+}
+
+#define expect_bytes(got, want, n) expect_bytes_at(__LINE__, got, want, n)
+static void expect_bytes_at(int line, const uint8_t *got, const uint8_t *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == want[i], "line %d: byte %zu is %u, expected %u", line, i, got[i], want[i]);
+}
+
+#define expect_zero(p, n) expect_zero_at(__LINE__, p, n)
+static void expect_zero_at(int line, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(p[i] == 0, "line %d: byte %zu written (%u)", line, i, p[i]);
+}
+
+/* Disconnect a connected pair from the client side and destroy it (and the listener, if given). */
+static void pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p)
+{
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(p);
+	if (l)
+		fs->ops->destroy_id(l);
+}
+
+START_TEST(test_send_lands_in_the_peers_recv_byte_for_byte_across_two_fabrics)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[64], dst[64] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_wc *wc;
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 1);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, sizeof(dst))), 0);
+	expect_none(fs);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 40)), 0);
+
+	wc = expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	ck_assert_uint_eq(wc->byte_len, 40);
+	ck_assert_ptr_eq(ev.id, p);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	ck_assert_ptr_eq(ev.id, a);
+	expect_bytes(dst, src, 40);
+	expect_zero(dst + 40, sizeof(dst) - 40);
+	expect_none(fc);
+	expect_none(fs);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_recvs_are_consumed_in_post_order)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 'a', 'b', 'c', 'd', 'e' }, dst[3 * 8] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+	/* Message i is i + 1 bytes long, from src + i. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_send1(fc, a, 1 + i, sge(&rs, i, i + 1)), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(expect_wc(fs, &SRV, 100 + i, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, i + 1);
+		expect_bytes(dst + 8 * i, src + i, i + 1);
+		expect_zero(dst + 8 * i + i + 1, 8 - (i + 1));
+	}
+	for (int i = 0; i < 3; i++)
+		expect_wc(fc, &CLI, 1 + i, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_none(fs);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_gathers_its_sges_and_the_recv_scatters_them)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[64], dst[64] = { 0 }, want[18];
+	struct region rs, rd;
+	struct qsm_fabric_sge gather[3], scatter[2];
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 3);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	gather[0] = sge(&rs, 50, 5);
+	gather[1] = sge(&rs, 0, 10);
+	gather[2] = sge(&rs, 30, 3);
+	memcpy(want, src + 50, 5);
+	memcpy(want + 5, src, 10);
+	memcpy(want + 15, src + 30, 3);
+	scatter[0] = sge(&rd, 40, 7);
+	scatter[1] = sge(&rd, 4, 20);
+	ck_assert_int_eq(fs->ops->post_recv(p, 100, scatter, 2), 0);
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_SEND, gather, 3, 0, 0), 0);
+
+	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 18);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_bytes(dst + 40, want, 7);
+	expect_bytes(dst + 4, want + 7, 11);
+	expect_zero(dst, 4);
+	expect_zero(dst + 15, 40 - 15);
+	expect_zero(dst + 47, sizeof(dst) - 47);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_writer)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[32], dst[64] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge gather[2];
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 5);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	gather[0] = sge(&rs, 16, 16);
+	gather[1] = sge(&rs, 0, 8);
+	ck_assert_int_eq(post_wr(fc, a, 7, QSM_WR_RDMA_WRITE, gather, 2, (uintptr_t)(dst + 8), rd.rkey), 0);
+	expect_wc(fc, &CLI, 7, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fs);
+	expect_zero(dst, 8);
+	expect_bytes(dst + 8, src + 16, 16);
+	expect_bytes(dst + 24, src, 8);
+	expect_zero(dst + 32, sizeof(dst) - 32);
+
+	/* A zero-length write checks no rkey (IB spec): it succeeds with a key that names nothing. */
+	ck_assert_int_eq(post_wr(fc, a, 8, QSM_WR_RDMA_WRITE, NULL, 0, 0, 0xdead), 0);
+	expect_wc(fc, &CLI, 8, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_rdma_read_fetches_from_the_rkey_into_local_sges)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t remote[64], local[32] = { 0 };
+	struct region rl, rr;
+	struct qsm_fabric_sge scatter[2];
+
+	connect_pair(&a, &p);
+	fill(remote, sizeof(remote), 9);
+	rl = reg(fc, a, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE);
+	rr = reg(fs, p, remote, sizeof(remote), QSM_ACCESS_REMOTE_READ);
+	scatter[0] = sge(&rl, 20, 4);
+	scatter[1] = sge(&rl, 0, 12);
+	ck_assert_int_eq(post_wr(fc, a, 9, QSM_WR_RDMA_READ, scatter, 2, (uintptr_t)(remote + 48), rr.rkey), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 9, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 16);
+	expect_none(fs);
+	expect_bytes(local + 20, remote + 48, 4);
+	expect_bytes(local, remote + 52, 12);
+	expect_zero(local + 12, 8);
+	expect_zero(local + 24, 8);
+
+	fc->ops->dereg_mr(rl.mr);
+	fs->ops->dereg_mr(rr.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_refused_rkey_is_rem_access_err_then_wc_error_and_both_qps_in_err)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 1 }, dst[32] = { 0 };
+	struct region rs, rd;
+	enum { NO_REMOTE_WRITE, PAST_THE_END, LKEY_AS_RKEY, READ_WITHOUT_REMOTE_READ, CASES };
+
+	for (int c = 0; c < CASES; c++) {
+		enum qsm_wr_opcode op = c == READ_WITHOUT_REMOTE_READ ? QSM_WR_RDMA_READ : QSM_WR_RDMA_WRITE;
+		int access = c == NO_REMOTE_WRITE ? QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_READ
+						  : QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE;
+		uint64_t raddr = (uintptr_t)(c == PAST_THE_END ? dst + 20 : dst);
+		struct qsm_fabric_sge s;
+
+		connect_pair(&a, &p);
+		rs = reg(fc, a, src, sizeof(src), QSM_ACCESS_LOCAL_WRITE);
+		rd = reg(fs, p, dst, sizeof(dst), access);
+		s = sge(&rs, 0, sizeof(src));
+		ck_assert_int_eq(post_wr(fc, a, 1, op, &s, 1, raddr, c == LKEY_AS_RKEY ? rd.lkey : rd.rkey), 0);
+		/* The responder's QP errs with an async access error, reported as QP_FATAL. */
+		expect(fs, QSM_EV_QP_FATAL, &SRV);
+		expect_none(fs);
+		expect_wc(fc, &CLI, 1, QSM_WC_REM_ACCESS_ERR, op);
+		expect(fc, QSM_EV_WC_ERROR, &CLI);
+		ck_assert_int_eq(ev.status, -EIO);
+		expect_none(fc);
+		ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_ERR);
+		ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_ERR);
+		expect_zero(dst, sizeof(dst));
+		fc->ops->dereg_mr(rs.mr);
+		fs->ops->dereg_mr(rd.mr);
+		pair_down(NULL, a, p);
+	}
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 0 };
+	struct region rs;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_RNR_RETRY_EXC_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_ERR);
+	/* An RNR NAK is flow control: the responder hears nothing and stays in RTS. */
+	expect_none(fs);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rs.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_message_larger_than_the_recv_is_loc_len_err_at_the_receiver)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 1, 2, 3 }, dst[72] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 64)), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 16)), 0);
+	/* The receiver completes the recv in error, then its QP's other recvs flush. */
+	expect_wc(fs, &SRV, 100, QSM_WC_LOC_LEN_ERR, QSM_WR_RECV);
+	ck_assert_uint_eq(ev.wc.byte_len, 0);
+	expect(fs, QSM_EV_WC_ERROR, &SRV);
+	expect_wc(fs, &SRV, 101, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_none(fs);
+	/* REM_INV_REQ on hardware; the subset says GENERAL_ERR. */
+	expect_wc(fc, &CLI, 1, QSM_WC_GENERAL_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_ERR);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_ERR);
+	expect_zero(dst, sizeof(dst));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_recv_whose_lkey_does_not_grant_local_write_is_loc_prot_err_when_a_send_lands)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1 }, dst[8] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_REMOTE_READ);
+	/* Like hardware, the post succeeds: the key is checked when data is placed. */
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	expect_none(fs);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fs, &SRV, 100, QSM_WC_LOC_PROT_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_WC_ERROR, &SRV);
+	expect_wc(fc, &CLI, 1, QSM_WC_GENERAL_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_ERR);
+	expect_zero(dst, sizeof(dst));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 0 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, 8, 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 16)), 0);
+	s = sge(&rs, 4, 8);   /* 4 bytes past the MR */
+	/* Unsignaled: an error comes back all the same. */
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_LOC_PROT_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	expect_none(fs);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_ERR);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_RTS);
+
+	/* The receiver's recv is still there: the disconnect flushes it, before DISCONNECTED. */
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect_wc(fs, &SRV, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_unsignaled_send_completes_only_at_the_receiver)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 4, 3, 2, 1 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 8)), 0);
+	s = sge(&rs, 0, 4);
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 4);
+	expect_bytes(dst, src, 4);
+	expect_none(fc);
+	ck_assert_int_eq(post_send1(fc, a, 2, sge(&rs, 0, 8)), 0);
+	expect_wc(fs, &SRV, 101, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_drain_flushes_posted_recvs_in_post_order_before_drained)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t dst[24] = { 0 };
+	struct region rd;
+	struct qsm_sim_stats st;
+
+	connect_pair(&a, &p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+	ck_assert_int_eq(fs->ops->drain(p), 0);
+	for (int i = 0; i < 3; i++)
+		expect_wc(fs, &SRV, 100 + i, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	/* The marker flushes last and is no completion: DRAINED is. Flushes are no WC_ERROR. */
+	expect(fs, QSM_EV_DRAINED, &SRV);
+	expect_none(fs);
+	expect_none(fc);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.events_pending, 0);
+
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_post_after_err_returns_0_and_completes_with_flush_err)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t buf[8] = { 0 };
+	struct region r;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	r = reg(fc, a, buf, sizeof(buf), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	ck_assert_int_eq(fc->ops->drain(a), 0);
+	expect(fc, QSM_EV_DRAINED, &CLI);
+	s = sge(&r, 0, 8);
+	ck_assert_int_eq(post_recv1(fc, a, 100, s), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, s), 0);
+	/* Unsignaled too: the ULP always gets its buffers back. */
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 2, .opcode = QSM_WR_RDMA_WRITE,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	ck_assert_int_eq(post_wr(fc, a, 3, QSM_WR_RDMA_READ, &s, 1, (uintptr_t)buf, r.rkey), 0);
+	expect_wc(fc, &CLI, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 1, QSM_WC_WR_FLUSH_ERR, QSM_WR_SEND);
+	expect_wc(fc, &CLI, 2, QSM_WC_WR_FLUSH_ERR, QSM_WR_RDMA_WRITE);
+	expect_wc(fc, &CLI, 3, QSM_WC_WR_FLUSH_ERR, QSM_WR_RDMA_READ);
+	expect_none(fc);
+	expect_none(fs);
+
+	fc->ops->dereg_mr(r.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_post_send_needs_an_established_qp_and_post_recv_works_from_init)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p, *bare;
+	uint8_t cbuf[8] = { 0 }, sbuf[8] = { 8, 7, 6, 5, 4, 3, 2, 1 };
+	struct region rc, rsv;
+
+	rc = reg(fc, a, cbuf, sizeof(cbuf), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_INIT);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rc, 0, 8)), -EINVAL);
+	ck_assert_int_eq(post_recv1(fc, a, 100, sge(&rc, 0, 8)), 0);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	rsv = reg(fs, p, sbuf, sizeof(sbuf), 0);
+	/* The passive QP is RTR at most until the accept: no sends yet. */
+	ck_assert_int_eq(post_send1(fs, p, 2, sge(&rsv, 0, 8)), -EINVAL);
+	expect_none(fc);
+	expect_none(fs);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	/* The recv posted before the connection came up takes the first message. */
+	ck_assert_int_eq(post_send1(fs, p, 2, sge(&rsv, 0, 8)), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 8);
+	expect_bytes(cbuf, sbuf, 8);
+	expect_wc(fs, &SRV, 2, QSM_WC_SUCCESS, QSM_WR_SEND);
+
+	/* No QP, no posting. */
+	ck_assert_int_eq(fc->ops->create_id(fc, &CLI2, &bare), 0);
+	ck_assert_int_eq(post_recv1(fc, bare, 1, sge(&rc, 0, 8)), -EINVAL);
+	ck_assert_int_eq(post_send1(fc, bare, 1, sge(&rc, 0, 8)), -EINVAL);
+	fc->ops->destroy_id(bare);
+
+	fc->ops->dereg_mr(rc.mr);
+	fs->ops->dereg_mr(rsv.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_post_checks_arguments_and_qp_caps_without_effect)
+{
+	static const struct qsm_fabric_qp_attr narrow = {
+		.max_send_wr = 4, .max_recv_wr = 2, .max_send_sge = 0, .max_recv_sge = 1,
+	};
+	const struct qsm_fabric_ops *o = fc->ops;
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t buf[64] = { 0 };
+	struct region r;
+	struct qsm_fabric_sge two[2], many[QSM_FABRIC_MAX_SGE + 1];
+	struct qsm_fabric_wr wr = { .wr_id = 1, .opcode = QSM_WR_SEND, .signaled = true };
+
+	a = active_ready(&CLI, A_IP, B_IP, PORT);
+	r = reg(fc, a, buf, sizeof(buf), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < QSM_FABRIC_MAX_SGE + 1; i++)
+		many[i] = sge(&r, 8 * i, 8);
+	two[0] = many[0];
+	two[1] = many[1];
+
+	ck_assert_int_eq(o->post_send(NULL, &wr), -EINVAL);
+	ck_assert_int_eq(o->post_send(a, NULL), -EINVAL);
+	ck_assert_int_eq(o->post_recv(NULL, 1, two, 1), -EINVAL);
+	ck_assert_int_eq(o->post_recv(a, 1, NULL, 1), -EINVAL);
+	ck_assert_int_eq(o->post_recv(a, 1, two, -1), -EINVAL);
+	ck_assert_int_eq(o->post_recv(a, 1, many, QSM_FABRIC_MAX_SGE + 1), -EINVAL);
+
+	/* The QP's caps: a SEND of 0 SGEs asked for counts as 1. */
+	o->destroy_qp(a);
+	ck_assert_int_eq(o->create_qp(a, &narrow), 0);
+	ck_assert_int_eq(o->post_recv(a, 1, two, 2), -EINVAL);
+	ck_assert_int_eq(o->post_recv(a, 1, two, 1), 0);
+	ck_assert_int_eq(o->post_recv(a, 2, NULL, 0), 0);
+	ck_assert_int_eq(o->post_recv(a, 3, two, 1), -ENOMEM);
+	ck_assert_int_eq(o->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	wr.sg_list = two;
+	wr.num_sge = 2;
+	ck_assert_int_eq(o->post_send(a, &wr), -EINVAL);
+	wr.num_sge = 1;
+	wr.opcode = QSM_WR_RECV;
+	ck_assert_int_eq(o->post_send(a, &wr), -EINVAL);
+	wr.opcode = 0;
+	ck_assert_int_eq(o->post_send(a, &wr), -EINVAL);
+	wr.opcode = QSM_WR_SEND;
+	wr.num_sge = 1;
+	wr.sg_list = NULL;
+	ck_assert_int_eq(o->post_send(a, &wr), -EINVAL);
+	expect_none(fc);
+	expect_none(fs);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_RTS);
+
+	/* The two recvs posted are still there: they flush at the disconnect. */
+	ck_assert_int_eq(o->disconnect(a), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 2, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	o->dereg_mr(r.mr);
+	o->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_qp_discards_outstanding_recvs_and_untaken_completions)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_sim_stats before, after;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 8)), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	qsm_sim_get_stats(sim, &before);
+	/* Recv 100 completed but is not taken; 101 is outstanding: neither comes back. */
+	fs->ops->destroy_qp(p);
+	expect_none(fs);
+	qsm_sim_get_stats(sim, &after);
+	ck_assert_uint_eq(after.events_dropped, before.events_dropped + 1);
+	ck_assert_uint_eq(after.qps, 1);
+
+	/* The peer's QP is gone: the client's packets go unanswered. */
+	ck_assert_int_eq(post_send1(fc, a, 2, sge(&rs, 0, 8)), 0);
+	expect_wc(fc, &CLI, 2, QSM_WC_RETRY_EXC_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_id_discards_outstanding_recvs_without_completions)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t dst[8] = { 0 };
+	struct region rd;
+
+	connect_pair(&a, &p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	fs->ops->destroy_id(p);
+	expect_none(fs);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_to_a_peer_qp_in_err_is_retry_exc_err_after_the_peer_flushed)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1 }, dst[8] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(qsm_sim_qp_fatal(sim, fs, &SRV), 0);
+	expect_wc(fs, &SRV, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_QP_FATAL, &SRV);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_RETRY_EXC_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fs);
+	expect_zero(dst, sizeof(dst));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_mr_keeps_a_removed_device_removing_until_dereg)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t dst[8] = { 0 }, more[8];
+	struct region rd;
+	struct qsm_fmr *mr;
+	uint32_t lk, rk;
+	struct qsm_fdev *dev;
+
+	connect_pair(&a, &p);
+	dev = fs->ops->id_device(p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "mlx5_1"), 0);
+	/* Removal first, then its consequence: the QP flushes. */
+	expect(fs, QSM_EV_DEVICE_REMOVAL, &LIS);
+	expect(fs, QSM_EV_DEVICE_REMOVAL, &SRV);
+	expect_wc(fs, &SRV, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_none(fs);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	ck_assert_int_eq(fs->ops->reg_mr(dev, more, sizeof(more), 0, &mr, &lk, &rk), -ENODEV);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_1"), QSM_SIM_DEVICE_REMOVING);
+	fs->ops->dereg_mr(rd.mr);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_1"), QSM_SIM_DEVICE_GONE);
+	fc->ops->destroy_id(a);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_reg_mr_checks_arguments_and_gives_world_unique_keys)
+{
+	const struct qsm_fabric_ops *o = fc->ops;
+	struct qsm_fid *s0, *s1;
+	struct qsm_fdev *d0, *d1;
+	uint8_t buf[16];
+	struct qsm_fmr *mr[3] = { NULL }, *m = NULL;
+	uint32_t lk[3], rk[3], k = 0;
+	struct qsm_sim_stats st;
+
+	ck_assert_int_eq(o->create_id(fc, &SENT, &s0), 0);
+	ck_assert_int_eq(o->bind(s0, at(A_IP, 0)), 0);
+	ck_assert_int_eq(fs->ops->create_id(fs, &SENT, &s1), 0);
+	ck_assert_int_eq(fs->ops->bind(s1, at(B_IP, 0)), 0);
+	d0 = o->id_device(s0);
+	d1 = fs->ops->id_device(s1);
+
+	ck_assert_int_eq(o->reg_mr(NULL, buf, 16, 0, &m, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, NULL, 16, 0, &m, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 0, 0, &m, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, 0, NULL, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, 0, &m, NULL, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, 0, &m, &k, NULL), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, 0x100, &m, &k, &k), -EINVAL);
+	/* As ibv_reg_mr: remote write needs local write. */
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, QSM_ACCESS_REMOTE_WRITE, &m, &k, &k), -EINVAL);
+	ck_assert_ptr_null(m);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.mrs, 0);
+	o->dereg_mr(NULL);
+
+	/* Same memory twice, and on another device: every key is distinct. */
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, QSM_ACCESS_LOCAL_WRITE, &mr[0], &lk[0], &rk[0]), 0);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE, &mr[1],
+				   &lk[1], &rk[1]), 0);
+	ck_assert_int_eq(o->reg_mr(d1, buf, 8, QSM_ACCESS_REMOTE_READ, &mr[2], &lk[2], &rk[2]), 0);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.mrs, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_ne(lk[i], rk[i]);
+		for (int j = 0; j < i; j++) {
+			ck_assert_uint_ne(lk[i], lk[j]);
+			ck_assert_uint_ne(rk[i], rk[j]);
+			ck_assert_uint_ne(lk[i], rk[j]);
+			ck_assert_uint_ne(rk[i], lk[j]);
+		}
+	}
+	/* A key is never given again after dereg. */
+	o->dereg_mr(mr[0]);
+	ck_assert_int_eq(o->reg_mr(d0, buf, 16, 0, &mr[0], &k, &k), 0);
+	for (int j = 0; j < 3; j++) {
+		ck_assert_uint_ne(k, lk[j]);
+		ck_assert_uint_ne(k, rk[j]);
+	}
+	for (int i = 0; i < 3; i++)
+		o->dereg_mr(mr[i]);
+	expect_none(fc);
+	expect_none(fs);
+	o->destroy_id(s0);
+	fs->ops->destroy_id(s1);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_fabric_destroy_discards_outstanding_recvs_and_mrs_die_with_the_world)
+{
+	struct qsm_fid *a, *p;
+	uint8_t dst[8];
+	struct region rd;
+	struct qsm_sim_stats st;
+
+	listener_on(fs, &LIS, B_IP, PORT);
+	connect_pair(&a, &p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	fs->ops->destroy(fs);
+	fs = NULL;
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	fc->ops->destroy_id(a);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.qps, 0);
+	ck_assert_uint_eq(st.events_pending, 0);
+	/* The MR is the world's, not the fabric's: it stays, and keeps its device REMOVING. */
+	ck_assert_uint_eq(st.mrs, 1);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "mlx5_1"), 0);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_1"), QSM_SIM_DEVICE_REMOVING);
+	/* teardown's qsm_sim_free frees it (valgrind checks). */
+}
+END_TEST
+
+START_TEST(test_loopback_send_between_ids_of_one_fabric)
+{
+	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, dst[8] = { 0 };
+	struct region rs, rd;
+
+	a = active_ready(&CLI, NULL, B_IP, PORT);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_REQUEST, NULL);
+	p = ev.id;
+	fc->ops->set_owner(p, &SRV);
+	ck_assert_int_eq(fc->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fc, QSM_EV_ESTABLISHED, &SRV);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fc, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fc, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	/* The receiver's completion comes first: the data lands before the ACK returns. */
+	expect_wc(fc, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_bytes(dst, src, 8);
+	fc->ops->dereg_mr(rs.mr);
+	fc->ops->dereg_mr(rd.mr);
+	destroy_all(fc, (struct qsm_fid *[]){ a, p, l }, 3);
+	expect_none(fc);
+	assert_clean();
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
 	Suite *s = suite_create("sim");
@@ -1238,6 +2081,28 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_bind_takes_device_addresses_and_follows_the_kernel_port_rules);
 	tcase_add_test(tc, test_fd_is_readable_exactly_while_the_queue_is_not_empty);
 	tcase_add_test(tc, test_stats_count_every_event_delivered_or_dropped);
+	tcase_add_test(tc, test_send_lands_in_the_peers_recv_byte_for_byte_across_two_fabrics);
+	tcase_add_test(tc, test_recvs_are_consumed_in_post_order);
+	tcase_add_test(tc, test_send_gathers_its_sges_and_the_recv_scatters_them);
+	tcase_add_test(tc, test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_writer);
+	tcase_add_test(tc, test_rdma_read_fetches_from_the_rkey_into_local_sges);
+	tcase_add_test(tc, test_refused_rkey_is_rem_access_err_then_wc_error_and_both_qps_in_err);
+	tcase_add_test(tc, test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender);
+	tcase_add_test(tc, test_message_larger_than_the_recv_is_loc_len_err_at_the_receiver);
+	tcase_add_test(tc, test_recv_whose_lkey_does_not_grant_local_write_is_loc_prot_err_when_a_send_lands);
+	tcase_add_test(tc, test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only);
+	tcase_add_test(tc, test_unsignaled_send_completes_only_at_the_receiver);
+	tcase_add_test(tc, test_drain_flushes_posted_recvs_in_post_order_before_drained);
+	tcase_add_test(tc, test_post_after_err_returns_0_and_completes_with_flush_err);
+	tcase_add_test(tc, test_post_send_needs_an_established_qp_and_post_recv_works_from_init);
+	tcase_add_test(tc, test_post_checks_arguments_and_qp_caps_without_effect);
+	tcase_add_test(tc, test_destroy_qp_discards_outstanding_recvs_and_untaken_completions);
+	tcase_add_test(tc, test_destroy_id_discards_outstanding_recvs_without_completions);
+	tcase_add_test(tc, test_send_to_a_peer_qp_in_err_is_retry_exc_err_after_the_peer_flushed);
+	tcase_add_test(tc, test_mr_keeps_a_removed_device_removing_until_dereg);
+	tcase_add_test(tc, test_reg_mr_checks_arguments_and_gives_world_unique_keys);
+	tcase_add_test(tc, test_fabric_destroy_discards_outstanding_recvs_and_mrs_die_with_the_world);
+	tcase_add_test(tc, test_loopback_send_between_ids_of_one_fabric);
 	suite_add_tcase(s, tc);
 	return s;
 }

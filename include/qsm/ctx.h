@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <qsm/data.h>
 #include <qsm/events.h>
 #include <qsm/machine.h>
 
@@ -72,6 +73,8 @@ struct qsm_class {
 	struct qsm_state_handlers passive[QSM_ACCEPT_STATE_COUNT];
 	qsm_handler_fn unexpected;
 	qsm_handler_fn device_removed;                     /* drop your MRs on the device here */
+	/* Every receive and signaled send/write/read (qsm/data.h); non-zero destroys the queue. */
+	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
 	void (*release)(struct qsm_conn *q);               /* last call, not after ABORT; free yours */
 	struct qsm_qp_caps qp;                             /* 0 = library default */
 };
@@ -109,8 +112,10 @@ struct qsm_counters {
 	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
 	uint64_t aborts;                 /* handlers that returned non-zero (their ABORT is
 	                                    dispatched at once, not through the FIFO, so
-	                                    popped + aborts == dispatched + dropped) */
+	                                    popped + aborts == dispatched + dropped +
+	                                    completions) */
 	uint64_t action_errors;          /* actions that failed and were fed back as events */
+	uint64_t completions;            /* work completions handed to completion handlers */
 	uint64_t queues_live;            /* queues not yet freed */
 	uint64_t devices_live;           /* devices the registry holds */
 };

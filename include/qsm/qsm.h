@@ -6,6 +6,7 @@
 #include <qsm/events.h>
 #include <qsm/machine.h>
 #include <qsm/ctx.h>
+#include <qsm/data.h>
 #include <qsm/sim.h>
 
 #endif

@@ -39,6 +39,37 @@ extern "C" {
  *   cma_check_port without SO_REUSEADDR).  Port 0 picks the next free port from
  *   32768 up.
  *
+ * The data path (fabric.h's reg_mr, post_send, post_recv) is RC verbs on that same
+ * clock: a WR executes the moment it is posted, memcpy'ing between registered
+ * memory, and its completions (QSM_EV_COMPLETION) are queued like any other event.
+ * - MRs: reg_mr needs an UP device (-ENODEV) and gives distinct, world-unique lkey
+ *   and rkey, never reused.  An MR keeps its device REMOVING until dereg_mr.
+ *   REMOTE_WRITE without LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.
+ * - Queues: post_recv works from INIT on; post_send needs RTS (-EINVAL before).
+ *   In ERR both complete the WR with WR_FLUSH_ERR, and entering ERR flushes the
+ *   posted receives at once, in post order, before the event that reports the
+ *   cause (DISCONNECTED, DRAINED, QP_FATAL, ...; only DEVICE_REMOVAL comes before
+ *   its consequences).  Flushes carry the WR's opcode, which hardware leaves
+ *   undefined: do not rely on it.  The QP's caps are enforced:
+ *   num_sge up to max_*_sge (0 counts as 1, at most QSM_FABRIC_MAX_SGE), else
+ *   -EINVAL; max_recv_wr receives outstanding, else -ENOMEM.  destroy_qp discards
+ *   its WRs and its completions not yet taken, as ibv_destroy_qp does.
+ * - A SEND fills the peer's first posted receive (RECV completion with byte_len to
+ *   the peer, then the send's completion if signaled).  Its errors, as on the wire:
+ *   no receive posted: RNR_RETRY_EXC_ERR to the sender, whose QP goes to ERR (the
+ *   receiver's stays RTS: an RNR NAK is flow control); the receive too small or its
+ *   lkey bad: LOC_LEN_ERR / LOC_PROT_ERR on it, GENERAL_ERR to the sender (hardware
+ *   says REM_INV_REQ / REM_OP_ERR), both QPs to ERR.
+ * - RDMA_WRITE / RDMA_READ need an rkey of the peer's device granting REMOTE_WRITE /
+ *   REMOTE_READ over the range; only the sender completes.  A refused rkey is
+ *   REM_ACCESS_ERR to the sender and QP_FATAL to the peer (IBV_EVENT_QP_ACCESS_ERR),
+ *   both QPs to ERR.
+ * - A local SGE that its lkey does not cover (with LOCAL_WRITE where data is
+ *   written into it) is LOC_PROT_ERR; a peer QP gone or not RTS is RETRY_EXC_ERR;
+ *   both move only the sender's QP to ERR.
+ * - Every error completion other than a flush is followed by the QP's
+ *   QSM_EV_WC_ERROR (status -EIO), once per QP.
+ *
  * Objects allocated by the sim abort() the process if malloc fails where a
  * call has already taken effect (posting an event): a sim that silently lost an
  * event would make every test that uses it lie.
@@ -62,7 +93,7 @@ struct qsm_fabric;
 int qsm_sim_new(struct qsm_sim **ret);
 
 /*
- * Free a world and its devices.  NULL is a no-op.  Every fabric of the world
+ * Free a world, its devices and their MRs.  NULL is a no-op.  Every fabric of the world
  * must have been destroyed first (fabric->ops->destroy); a debug build asserts
  * it, a release build then defers the free until the last fabric is destroyed,
  * so nothing dangles.  Device references still held (device_get) die with it.
@@ -96,8 +127,9 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr);
  * to ERR; then each connection it had with an id on another device breaks as
  * if the id had been destroyed (DISCONNECTED + TIMEWAIT_EXIT, or REJECTED for a
  * connection not yet answered).  The device stays REMOVING, refusing new work
- * on it (-ENODEV) and serving no address, until every id on it, every QP on it
- * and every device_get() reference is gone; then it is GONE.
+ * on it (-ENODEV) and serving no address, until every id on it, every QP on it,
+ * every MR registered on it and every device_get() reference is gone; then it is
+ * GONE.
  * Returns 0; -EINVAL for NULL; -ENOENT if unknown; -EALREADY if not UP.
  */
 int qsm_sim_device_remove(struct qsm_sim *sim, const char *name);
@@ -113,7 +145,7 @@ int qsm_sim_device_state(struct qsm_sim *sim, const char *name);
 
 /*
  * Live objects across all fabrics of the world, for leak checks: after a test
- * that cleaned up, ids, qps, device_refs and events_pending are all 0.
+ * that cleaned up, ids, qps, device_refs, mrs and events_pending are all 0.
  * Every event posted ends up delivered (get_event), dropped (its id or fabric
  * was destroyed first, or a fault lost it), or is still pending (queued or held).
  */
@@ -121,6 +153,7 @@ struct qsm_sim_stats {
 	unsigned ids;               /* live ids, including passive ids not yet reported */
 	unsigned qps;               /* live QPs */
 	unsigned device_refs;      /* device_get() not yet device_put() */
+	unsigned mrs;              /* reg_mr() not yet dereg_mr() */
 	unsigned events_pending;   /* queued on a fabric or held by QSM_SIM_FAULT_HOLD */
 	unsigned events_delivered; /* returned by get_event(), since qsm_sim_new() */
 	unsigned events_dropped;   /* never to be delivered, since qsm_sim_new() */

@@ -1,0 +1,419 @@
+/* qsm-ping: rping's wire protocol (rdma-core's librdmacm/examples/rping) on rdma-qsm, client and
+ * server, so that either end interoperates with rping; --sim runs both ends on the sim fabric. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <qsm/qsm.h>
+#include <qsm/rdmacm.h>
+
+/*
+ * One ping, as rping does it:
+ *   client: SEND {start_buf, rkey, size}         server: RDMA READ start_buf -> rdma_buf
+ *                                                 server: SEND "go ahead"
+ *   client: SEND {rdma_buf, rkey, size}           server: RDMA WRITE rdma_buf -> client rdma_buf
+ *                                                 server: SEND "done"
+ *   client: compares start_buf with rdma_buf, next ping.
+ */
+struct rping_info {           /* rping's struct rping_rdma_info, big endian on the wire */
+	uint64_t buf;
+	uint32_t rkey;
+	uint32_t size;
+};
+
+enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE };
+
+struct opts {
+	int server, sim, verbose, validate;
+	unsigned count, size, conns;
+	const char *addr;
+	uint16_t port;
+} o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1 };
+
+/* Per connection (qsm allocates it: priv_size). */
+struct ping {
+	char *start_buf, *rdma_buf;
+	struct rping_info send_info, recv_info;
+	struct qsm_mr *start_mr, *rdma_mr, *send_mr, *recv_mr;
+	unsigned pings;
+	int phase;
+	int failed;
+};
+
+static unsigned done_conns, failed_conns;
+static struct qsm_ctx *stop_ctx[2];
+
+static void stop_all(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (stop_ctx[i])
+			qsm_ctx_stop(stop_ctx[i]);
+}
+
+static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
+{
+	return (struct qsm_sge){ .addr = (uintptr_t)buf, .length = len, .lkey = qsm_mr_lkey(mr) };
+}
+
+static int post_recv(struct qsm_conn *q, struct ping *p)
+{
+	struct qsm_sge s = sge_of(&p->recv_info, sizeof(p->recv_info), p->recv_mr);
+
+	return qsm_conn_post_recv(q, WR_RECV, &s, 1);
+}
+
+static int send_info(struct qsm_conn *q, struct ping *p, void *buf, struct qsm_mr *mr)
+{
+	struct qsm_sge s = sge_of(&p->send_info, sizeof(p->send_info), p->send_mr);
+
+	p->send_info.buf = htobe64((uintptr_t)buf);
+	p->send_info.rkey = htobe32(qsm_mr_rkey(mr));
+	p->send_info.size = htobe32(o.size);
+	return qsm_conn_post_send(q, WR_SEND, &s, 1, QSM_POST_SIGNALED);
+}
+
+/* Buffers are registered once per device: again only after a device went away. */
+static int setup_buffers(struct qsm_conn *q, struct ping *p)
+{
+	int r = 0;
+
+	if (!p->start_buf) {
+		p->start_buf = calloc(1, o.size);
+		p->rdma_buf = calloc(1, o.size);
+		if (!p->start_buf || !p->rdma_buf)
+			return -ENOMEM;
+	}
+	if (!qsm_mr_valid(p->recv_mr)) {
+		if (p->recv_mr)
+			qsm_mr_dereg(p->recv_mr), qsm_mr_dereg(p->send_mr), qsm_mr_dereg(p->start_mr),
+				qsm_mr_dereg(p->rdma_mr);
+		if ((r = qsm_conn_reg_mr(q, &p->recv_info, sizeof(p->recv_info), QSM_ACCESS_LOCAL_WRITE,
+					 &p->recv_mr)) < 0 ||
+		    (r = qsm_conn_reg_mr(q, &p->send_info, sizeof(p->send_info), 0, &p->send_mr)) < 0 ||
+		    (r = qsm_conn_reg_mr(q, p->start_buf, o.size, QSM_ACCESS_REMOTE_READ, &p->start_mr)) < 0 ||
+		    (r = qsm_conn_reg_mr(q, p->rdma_buf, o.size, QSM_ACCESS_LOCAL_WRITE |
+					 QSM_ACCESS_REMOTE_WRITE, &p->rdma_mr)) < 0)
+			return r;
+	}
+	return post_recv(q, p);
+}
+
+static void free_buffers(struct qsm_conn *q)
+{
+	struct ping *p = qsm_conn_priv(q);
+
+	/* the MRs go with the queue; the memory is ours */
+	free(p->start_buf);
+	free(p->rdma_buf);
+}
+
+/* ---- client ---- */
+
+static void fill_start(struct ping *p)
+{
+	static int start = 65;
+	int cc = snprintf(p->start_buf, o.size, "rdma-ping-%u: ", p->pings);
+
+	for (unsigned i = (unsigned)cc, c = (unsigned)start; i < o.size; i++) {
+		p->start_buf[i] = (char)c;
+		if (++c > 122)
+			c = 65;
+	}
+	if (++start > 122)
+		start = 65;
+	p->start_buf[o.size - 1] = 0;
+}
+
+static int client_ping(struct qsm_conn *q, struct ping *p)
+{
+	fill_start(p);
+	p->phase = 1;
+	return send_info(q, p, p->start_buf, p->start_mr);
+}
+
+static int client_connecting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	return setup_buffers(q, qsm_conn_priv(q));
+}
+
+static int client_live(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	return client_ping(q, qsm_conn_priv(q));
+}
+
+static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct ping *p = qsm_conn_priv(q);
+
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		return 0;
+	if (wc->status != QSM_WC_SUCCESS) {
+		fprintf(stderr, "qsm-ping: completion error %d (wr %llu)\n", wc->status,
+			(unsigned long long)wc->wr_id);
+		p->failed = 1;
+		return qsm_conn_disconnect(q) < 0;
+	}
+	if (wc->wr_id != WR_RECV)
+		return 0;
+	if (post_recv(q, p) < 0)
+		return -1;
+	if (p->phase == 1) {          /* server read our start buffer: hand it the sink */
+		p->phase = 2;
+		return send_info(q, p, p->rdma_buf, p->rdma_mr);
+	}
+	/* server wrote it back */
+	if (o.validate && memcmp(p->start_buf, p->rdma_buf, o.size) != 0) {
+		fprintf(stderr, "qsm-ping: data mismatch at ping %u\n", p->pings);
+		p->failed = 1;
+		return qsm_conn_disconnect(q) < 0;
+	}
+	if (o.verbose)
+		printf("ping data: %s\n", p->rdma_buf);
+	if (++p->pings < o.count)
+		return client_ping(q, p);
+	return qsm_conn_disconnect(q) < 0;
+}
+
+static void client_release(struct qsm_conn *q)
+{
+	struct ping *p = qsm_conn_priv(q);
+
+	if (p->failed || p->pings < o.count)
+		failed_conns++;
+	if (++done_conns == o.conns)
+		stop_all();
+	free_buffers(q);
+}
+
+static int client_failed(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	fprintf(stderr, "qsm-ping: cannot connect, giving up\n");
+	qsm_conn_destroy(q);
+	return 0;
+}
+
+static const struct qsm_class client_class = {
+	.name = "qsm-ping-client",
+	.priv_size = sizeof(struct ping),
+	.active = {
+		[QSM_CM_CONNECTING] = { .enter = client_connecting },
+		[QSM_CM_LIVE] = { .enter = client_live },
+		[QSM_CM_FAILED] = { .enter = client_failed },
+	},
+	.completion = client_completion,
+	.release = client_release,
+	.qp = { .max_send_wr = 16, .max_recv_wr = 4 },
+};
+
+/* ---- server ---- */
+
+static int server_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	return setup_buffers(q, qsm_conn_priv(q));
+}
+
+static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct ping *p = qsm_conn_priv(q);
+	struct qsm_sge s;
+	uint32_t len;
+
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		return 0;
+	if (wc->status != QSM_WC_SUCCESS) {
+		fprintf(stderr, "qsm-ping server: completion error %d (wr %llu)\n", wc->status,
+			(unsigned long long)wc->wr_id);
+		p->failed = 1;
+		return qsm_conn_disconnect(q) < 0;
+	}
+	switch (wc->wr_id) {
+	case WR_RECV:
+		if (post_recv(q, p) < 0)
+			return -1;
+		len = be32toh(p->recv_info.size);
+		if (len > o.size)
+			len = o.size;
+		s = sge_of(p->rdma_buf, len, p->rdma_mr);
+		if (p->phase == 0) {   /* the client's start buffer: read it */
+			p->phase = 1;
+			return qsm_conn_post_read(q, WR_READ, &s, 1, be64toh(p->recv_info.buf),
+						  be32toh(p->recv_info.rkey), QSM_POST_SIGNALED) < 0;
+		}
+		/* the client's sink: write the data back */
+		p->phase = 0;
+		s.length = (uint32_t)strnlen(p->rdma_buf, o.size - 1) + 1;
+		return qsm_conn_post_write(q, WR_WRITE, &s, 1, be64toh(p->recv_info.buf),
+					   be32toh(p->recv_info.rkey), QSM_POST_SIGNALED) < 0;
+	case WR_READ:
+		if (o.verbose)
+			printf("server ping data: %s\n", p->rdma_buf);
+		return send_info(q, p, p->rdma_buf, p->rdma_mr) < 0; /* go ahead */
+	case WR_WRITE:
+		p->pings++;
+		return send_info(q, p, p->rdma_buf, p->rdma_mr) < 0; /* begin again */
+	default:
+		return 0;
+	}
+}
+
+static void server_release(struct qsm_conn *q)
+{
+	struct ping *p = qsm_conn_priv(q);
+
+	if (p->failed)
+		failed_conns++;
+	if (o.verbose)
+		printf("server: connection closed after %u pings\n", p->pings);
+	if (++done_conns == o.conns)
+		stop_all();
+	free_buffers(q);
+}
+
+static const struct qsm_class server_class = {
+	.name = "qsm-ping-server",
+	.priv_size = sizeof(struct ping),
+	.passive = {
+		[QSM_ACCEPT_ACCEPTING] = { .enter = server_accepting },
+	},
+	.completion = server_completion,
+	.release = server_release,
+	.qp = { .max_send_wr = 16, .max_recv_wr = 4 },
+};
+
+/* ---- main ---- */
+
+static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC }, *res;
+	int r = getaddrinfo(host, NULL, &hints, &res);
+
+	if (r)
+		return -EINVAL;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+	return 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-n CONNS] [-v] [-V]\n"
+		"       qsm-ping --sim [-C COUNT] [-S SIZE] [-n CONNS] [-v]\n"
+		"  -s server, -c client (rping's wire protocol); -n connections (client: parallel,\n"
+		"  server: how many to serve before exiting); -V no data validation; --sim both\n"
+		"  ends in this process on the simulated fabric.  QSM_TRACE=1 traces transitions.\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = { { "sim", no_argument, NULL, 'm' }, { NULL, 0, NULL, 0 } };
+	struct sockaddr_storage ss;
+	struct qsm_ctx *ctx[2] = { NULL, NULL };
+	struct qsm_sim *sim = NULL;
+	int c, client = 0, r;
+
+	while ((c = getopt_long(argc, argv, "sca:p:C:S:n:vV", lo, NULL)) != -1) {
+		switch (c) {
+		case 's': o.server = 1; break;
+		case 'c': client = 1; break;
+		case 'a': o.addr = optarg; break;
+		case 'p': o.port = (uint16_t)atoi(optarg); break;
+		case 'C': o.count = (unsigned)atoi(optarg); break;
+		case 'S': o.size = (unsigned)atoi(optarg); break;
+		case 'n': o.conns = (unsigned)atoi(optarg); break;
+		case 'v': o.verbose = 1; break;
+		case 'V': o.validate = 0; break;
+		case 'm': o.sim = 1; break;
+		default: usage();
+		}
+	}
+	if (o.size < 32 || o.count < 1 || o.conns < 1 || (!o.sim && (o.server == client || !o.addr)))
+		usage();
+	if (o.sim) {
+		o.addr = "192.0.2.1";
+		o.server = client = 1;
+	}
+	if (resolve(o.addr, o.port, &ss) < 0) {
+		fprintf(stderr, "qsm-ping: cannot resolve %s\n", o.addr);
+		return 2;
+	}
+
+	for (int i = 0; i < (o.sim ? 2 : 1); i++) {
+		struct qsm_fabric *f;
+
+		if (o.sim) {
+			if (!sim && ((r = qsm_sim_new(&sim)) < 0 ||
+				     (r = qsm_sim_device_add(sim, "sim0", o.addr)) < 0))
+				goto fail;
+			r = qsm_sim_fabric_new(sim, &f);
+		} else {
+			r = qsm_rdmacm_fabric_new(&f);
+		}
+		if (r < 0 || (r = qsm_ctx_new(&ctx[i], &(struct qsm_ctx_opts){ .fabric = f })) < 0)
+			goto fail;
+		stop_ctx[i] = ctx[i];
+	}
+	if (o.server) {
+		struct qsm_listener *l;
+
+		r = qsm_listener_new(ctx[0], &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&ss,
+				     .cls = &server_class }, &l);
+		if (r < 0)
+			goto fail;
+	}
+	if (client) {
+		struct qsm_ctx *cc = o.sim ? ctx[1] : ctx[0];
+
+		for (unsigned i = 0; i < o.conns; i++) {
+			struct qsm_conn *q;
+
+			r = qsm_conn_new(cc, &(struct qsm_conn_opts){ .cls = &client_class,
+					 .dst = (struct sockaddr *)&ss,
+					 .policy = { .initial_delay_ms = 100, .max_attempts = 10 } }, &q);
+			if (r < 0 || (r = qsm_conn_connect(q)) < 0)
+				goto fail;
+		}
+	}
+	if (o.sim) {
+		/* both ends in one thread: the client's end decides when it is over */
+		o.conns = o.conns * 2;
+		while (done_conns < o.conns) {
+			struct pollfd pfd[2] = { { .fd = qsm_ctx_fd(ctx[0]), .events = POLLIN },
+						 { .fd = qsm_ctx_fd(ctx[1]), .events = POLLIN } };
+
+			if (qsm_ctx_dispatch(ctx[0], 0) + qsm_ctx_dispatch(ctx[1], 0) == 0)
+				poll(pfd, 2, 10);
+		}
+	} else {
+		r = qsm_ctx_run(ctx[0], -1);
+		if (r < 0)
+			goto fail;
+	}
+	r = failed_conns ? 1 : 0;
+	printf("qsm-ping: %u connection(s), %u failed\n", done_conns, failed_conns);
+	qsm_ctx_free(ctx[1]);
+	qsm_ctx_free(ctx[0]);
+	qsm_sim_free(sim);
+	return r;
+fail:
+	fprintf(stderr, "qsm-ping: %s\n", strerror(-r));
+	qsm_ctx_free(ctx[1]);
+	qsm_ctx_free(ctx[0]);
+	qsm_sim_free(sim);
+	return 1;
+}

@@ -1,0 +1,91 @@
+/* rdma-qsm: a queue's data path: memory registered on the queue's device, work requests on its
+ * QP, and every completion delivered to the class's `completion` handler. */
+#ifndef QSM_DATA_H
+#define QSM_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qsm_conn;
+struct qsm_mr;
+
+/* Access bits for qsm_conn_reg_mr(), as IBV_ACCESS_*. */
+#define QSM_ACCESS_LOCAL_WRITE 1
+#define QSM_ACCESS_REMOTE_WRITE 2
+#define QSM_ACCESS_REMOTE_READ 4
+
+/* Completion status: the values of enum ibv_wc_status that a ULP acts on. */
+enum qsm_wc_status {
+	QSM_WC_SUCCESS = 0,
+	QSM_WC_LOC_LEN_ERR = 1,
+	QSM_WC_LOC_PROT_ERR = 4,
+	QSM_WC_WR_FLUSH_ERR = 5,     /* the QP went to ERR: the buffer is yours again */
+	QSM_WC_REM_ACCESS_ERR = 10,
+	QSM_WC_RETRY_EXC_ERR = 12,
+	QSM_WC_RNR_RETRY_EXC_ERR = 13,
+	QSM_WC_GENERAL_ERR = 21,
+};
+
+enum qsm_wr_opcode {
+	QSM_WR_SEND = 1,
+	QSM_WR_RDMA_WRITE,
+	QSM_WR_RDMA_READ,
+	QSM_WR_RECV,                 /* in completions of posted receives */
+};
+
+struct qsm_sge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
+};
+
+#define QSM_MAX_SGE 4
+
+struct qsm_wc {
+	uint64_t wr_id;
+	enum qsm_wc_status status;
+	enum qsm_wr_opcode opcode;
+	uint32_t byte_len;           /* receives: bytes that arrived */
+};
+
+/* Flags of the post calls. */
+#define QSM_POST_SIGNALED 1          /* a completion even on success (sends, writes, reads) */
+
+/*
+ * Registers [addr, addr+len) on the device the queue is on (its PD).  The MR belongs to the
+ * queue: it is deregistered when the queue closes, and -- right after the class's
+ * device_removed handler -- when its device is removed, so that the removal completes.
+ * Then qsm_mr_valid() turns 0; the handle itself stays yours until qsm_mr_dereg() or the
+ * queue's release.  Errors: -EINVAL (bad arguments), -ENODEV (the queue is on no device:
+ * not resolved yet, or its device is gone), or what the device says (-ENOMEM...).
+ */
+int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret);
+int qsm_mr_dereg(struct qsm_mr *mr);
+uint32_t qsm_mr_lkey(const struct qsm_mr *mr);
+uint32_t qsm_mr_rkey(const struct qsm_mr *mr);
+int qsm_mr_valid(const struct qsm_mr *mr);
+
+/*
+ * Work requests on the queue's QP.  Possible from CONNECTING (receives) or CONNECTED
+ * (sends) until the QP is destroyed; -ENOTCONN otherwise, -EINVAL for bad arguments.
+ * Every receive and every signaled send/write/read comes back as one call of the class's
+ * `completion` handler, inside qsm_ctx_dispatch(); after the QP went to ERR they complete
+ * with QSM_WC_WR_FLUSH_ERR, and a queue that is destroyed gets none.
+ */
+int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge);
+int qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       unsigned int flags);
+int qsm_conn_post_write(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+			uint64_t remote_addr, uint32_t rkey, unsigned int flags);
+int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       uint64_t remote_addr, uint32_t rkey, unsigned int flags);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

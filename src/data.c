@@ -1,0 +1,155 @@
+/* rdma-qsm: the data path of a queue: its memory regions (owned by the queue, released with its
+ * device), work requests on its QP, completions handed to the class's completion handler. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret)
+{
+	struct qsm_mr *mr;
+	int r;
+
+	if (!q || !addr || !len || !ret || q->dead ||
+	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)))
+		return -EINVAL;
+	if (!q->dev || q->dev->removing)
+		return -ENODEV;
+	if (!q->ctx->ops->reg_mr)
+		return -EOPNOTSUPP;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	r = q->ctx->ops->reg_mr(q->dev->fdev, addr, len, access, &mr->fmr, &mr->lkey, &mr->rkey);
+	if (r < 0) {
+		free(mr);
+		return r;
+	}
+	mr->q = q;
+	mr->dev = q->dev;
+	qsm_list_add_tail(&q->mrs, &mr->node);
+	*ret = mr;
+	return 0;
+}
+
+static void mr_release(struct qsm_mr *mr)
+{
+	if (mr->fmr) {
+		mr->q->ctx->ops->dereg_mr(mr->fmr);
+		mr->fmr = NULL;
+		mr->lkey = mr->rkey = 0;
+	}
+}
+
+int qsm_mr_dereg(struct qsm_mr *mr)
+{
+	if (!mr)
+		return -EINVAL;
+	mr_release(mr);
+	qsm_list_del(&mr->node);
+	free(mr);
+	return 0;
+}
+
+/* The device goes (or the queue moves to another one, or closes): deregister everything;
+ * the handles stay the ULP's unless the queue itself is being freed. */
+void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
+{
+	struct qsm_list *n, *next;
+
+	for (n = q->mrs.next; n != &q->mrs; n = next) {
+		struct qsm_mr *mr = qsm_container_of(n, struct qsm_mr, node);
+
+		next = n->next;
+		mr_release(mr);
+		if (free_handles) {
+			qsm_list_del(&mr->node);
+			free(mr);
+		}
+	}
+}
+
+uint32_t qsm_mr_lkey(const struct qsm_mr *mr)
+{
+	return mr ? mr->lkey : 0;
+}
+
+uint32_t qsm_mr_rkey(const struct qsm_mr *mr)
+{
+	return mr ? mr->rkey : 0;
+}
+
+int qsm_mr_valid(const struct qsm_mr *mr)
+{
+	return mr && mr->fmr;
+}
+
+static int check_sge(const struct qsm_sge *sge, int nsge)
+{
+	if (nsge < 0 || nsge > QSM_MAX_SGE || (nsge && !sge))
+		return -EINVAL;
+	return 0;
+}
+
+static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const struct qsm_sge *sge,
+		int nsge, uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	struct qsm_fabric_wr wr = {
+		.wr_id = wr_id, .opcode = op, .sg_list = sge, .num_sge = nsge,
+		.remote_addr = remote_addr, .rkey = rkey, .signaled = flags & QSM_POST_SIGNALED,
+	};
+	int r;
+
+	if (!q || q->dead || (flags & ~QSM_POST_SIGNALED) || (r = check_sge(sge, nsge)) < 0)
+		return -EINVAL;
+	if (!q->id || !q->has_qp)
+		return -ENOTCONN;
+	if (!q->ctx->ops->post_send)
+		return -EOPNOTSUPP;
+	return q->ctx->ops->post_send(q->id, &wr);
+}
+
+int qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       unsigned int flags)
+{
+	return post(q, QSM_WR_SEND, wr_id, sge, nsge, 0, 0, flags);
+}
+
+int qsm_conn_post_write(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+			uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	return post(q, QSM_WR_RDMA_WRITE, wr_id, sge, nsge, remote_addr, rkey, flags);
+}
+
+int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	return post(q, QSM_WR_RDMA_READ, wr_id, sge, nsge, remote_addr, rkey, flags);
+}
+
+int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
+{
+	if (!q || q->dead || check_sge(sge, nsge) < 0)
+		return -EINVAL;
+	if (!q->id || !q->has_qp)
+		return -ENOTCONN;
+	if (!q->ctx->ops->post_recv)
+		return -EOPNOTSUPP;
+	return q->ctx->ops->post_recv(q->id, wr_id, sge, nsge);
+}
+
+/* A completion is not a machine event: it goes straight to the handler (or nowhere, once the
+ * queue is destroyed).  An error completion is followed by the fabric's WC_ERROR event. */
+void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it)
+{
+	int (*fn)(struct qsm_conn *, const struct qsm_wc *) = qsm_class_completion(q->cls);
+
+	q->ctx->counters.completions++;
+	if (!fn || q->dead)
+		return;
+	if (fn(q, &it->wc) != 0 && !q->dead) {
+		q->dead = true;
+		q->abort_pending = true;
+		q->ctx->counters.aborts++;
+	}
+}

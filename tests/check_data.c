@@ -1,0 +1,300 @@
+/* rdma-qsm: a queue's data path on the sim fabric: MRs owned by the queue and released with its
+ * device, sends/receives/RDMA through the QP, completions to the class's handler, flushes. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include <qsm/qsm.h>
+
+#include "check_main.h"
+
+static struct qsm_sim *sim;
+static struct qsm_ctx *sctx, *cctx;
+static struct sockaddr_in addr;
+
+struct buf {
+	char data[64];
+	struct qsm_mr *mr;
+	int completions, flushed, errors;
+	struct qsm_wc last;
+};
+
+static struct buf srv, cli;
+static int after_destroy;
+static struct qsm_conn *destroyed;
+
+static int reg(struct qsm_conn *q, struct buf *b)
+{
+	if (qsm_mr_valid(b->mr))
+		return 0;
+	if (b->mr)
+		qsm_mr_dereg(b->mr);
+	return qsm_conn_reg_mr(q, b->data, sizeof(b->data), QSM_ACCESS_LOCAL_WRITE |
+			       QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ, &b->mr);
+}
+
+static int post_recv(struct qsm_conn *q, struct buf *b)
+{
+	struct qsm_sge s = { (uintptr_t)b->data, sizeof(b->data), qsm_mr_lkey(b->mr) };
+
+	return qsm_conn_post_recv(q, 7, &s, 1);
+}
+
+static int on_completion(struct qsm_conn *q, const struct qsm_wc *wc, struct buf *b)
+{
+	if (q == destroyed)
+		after_destroy++;
+	b->completions++;
+	b->last = *wc;
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		b->flushed++;
+	else if (wc->status != QSM_WC_SUCCESS)
+		b->errors++;
+	return 0;
+}
+
+/* Server: receives posted before the accept goes out; echoes every message back. */
+static int srv_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	ck_assert_int_eq(reg(q, &srv), 0);
+	return post_recv(q, &srv);
+}
+
+static int srv_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	on_completion(q, wc, &srv);
+	if (wc->status == QSM_WC_SUCCESS && wc->opcode == QSM_WR_RECV) {
+		struct qsm_sge s = { (uintptr_t)srv.data, wc->byte_len, qsm_mr_lkey(srv.mr) };
+
+		post_recv(q, &srv); /* may fail once the QP is gone: the next test says so */
+		return qsm_conn_post_send(q, 9, &s, 1, QSM_POST_SIGNALED) < 0;
+	}
+	return 0;
+}
+
+static const struct qsm_class srv_class = {
+	.name = "echo-server",
+	.passive = { [QSM_ACCEPT_ACCEPTING] = { .enter = srv_accepting } },
+	.completion = srv_completion,
+};
+
+static int cli_connecting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	ck_assert_int_eq(reg(q, &cli), 0);
+	return post_recv(q, &cli);
+}
+
+static int cli_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	return on_completion(q, wc, &cli);
+}
+
+static int cli_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	/* still registered while the handler runs; released right after it */
+	ck_assert(qsm_mr_valid(cli.mr));
+	ck_assert_ptr_eq(qsm_conn_ctx(q), cctx);
+	return 0;
+}
+
+static const struct qsm_class cli_class = {
+	.name = "echo-client",
+	.active = { [QSM_CM_CONNECTING] = { .enter = cli_connecting } },
+	.completion = cli_completion,
+	.device_removed = cli_device_removed,
+};
+
+static void pump(void)
+{
+	for (int i = 0; i < 10000; i++)
+		if (qsm_ctx_dispatch(cctx, 0) + qsm_ctx_dispatch(sctx, 0) == 0)
+			return;
+	ck_abort_msg("no quiescence");
+}
+
+static struct qsm_conn *connect_client(void)
+{
+	struct qsm_listener *l;
+	struct qsm_conn *q;
+
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 3600000 } }, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump();
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	return q;
+}
+
+static void setup(void)
+{
+	struct qsm_fabric *f;
+
+	memset(&srv, 0, sizeof(srv));
+	memset(&cli, 0, sizeof(cli));
+	after_destroy = 0;
+	destroyed = NULL;
+	ck_assert_int_eq(qsm_sim_new(&sim), 0);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	ck_assert_int_eq(qsm_ctx_new(&sctx, &(struct qsm_ctx_opts){ .fabric = f }), 0);
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	ck_assert_int_eq(qsm_ctx_new(&cctx, &(struct qsm_ctx_opts){ .fabric = f }), 0);
+	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
+	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
+}
+
+static void teardown(void)
+{
+	struct qsm_sim_stats st;
+
+	qsm_ctx_free(cctx);
+	qsm_ctx_free(sctx);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs, 0);
+	qsm_sim_free(sim);
+}
+
+START_TEST(test_send_is_received_and_echoed_through_completion_handlers)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s;
+
+	strcpy(cli.data, "hello, target");
+	s = (struct qsm_sge){ (uintptr_t)cli.data, 14, qsm_mr_lkey(cli.mr) };
+	/* the client's own recv buffer is cli.data too: the echo lands where it left */
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, &s, 1, QSM_POST_SIGNALED), 0);
+	memset(cli.data, 0, sizeof(cli.data));
+	pump();
+	ck_assert_str_eq(srv.data, "hello, target");
+	ck_assert_str_eq(cli.data, "hello, target");
+	ck_assert_int_eq(cli.last.opcode, QSM_WR_RECV);
+	ck_assert_uint_eq(cli.last.byte_len, 14);
+	ck_assert_int_eq(cli.errors + srv.errors, 0);
+}
+END_TEST
+
+START_TEST(test_rdma_write_and_read_move_data_with_the_peers_rkey)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s;
+	char local[16] = "written by rdma";
+
+	/* the client registered cli.data; the "remote" is the server's buffer */
+	ck_assert_int_eq(reg(q, &cli), 0);
+	struct qsm_mr *lmr;
+	ck_assert_int_eq(qsm_conn_reg_mr(q, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE, &lmr), 0);
+	s = (struct qsm_sge){ (uintptr_t)local, sizeof(local), qsm_mr_lkey(lmr) };
+	ck_assert_int_eq(qsm_conn_post_write(q, 2, &s, 1, (uintptr_t)srv.data, qsm_mr_rkey(srv.mr),
+					     QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_str_eq(srv.data, "written by rdma");
+	strcpy(srv.data, "read back");
+	memset(local, 0, sizeof(local));
+	ck_assert_int_eq(qsm_conn_post_read(q, 3, &s, 1, (uintptr_t)srv.data, qsm_mr_rkey(srv.mr),
+					    QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_str_eq(local, "read back");
+	ck_assert_int_eq(cli.last.opcode, QSM_WR_RDMA_READ);
+	ck_assert_int_eq(qsm_mr_dereg(lmr), 0);
+}
+END_TEST
+
+START_TEST(test_bad_rkey_is_an_error_completion_and_the_queue_drains)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+
+	ck_assert_int_eq(qsm_conn_post_write(q, 4, &s, 1, (uintptr_t)srv.data, 0xdead, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(cli.errors, 1);
+	ck_assert_int_eq(cli.last.status == QSM_WC_REM_ACCESS_ERR || cli.flushed > 0, 1);
+	/* the error took the queue's QP_FATAL edge: drained, then the gap */
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+}
+END_TEST
+
+START_TEST(test_disconnect_flushes_posted_receives_back_to_the_ulp)
+{
+	struct qsm_conn *q = connect_client();
+
+	/* the queue is freed once CLOSED: q must not be used after the pump */
+	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	pump();
+	ck_assert_int_ge(cli.flushed, 1); /* the posted receive came back */
+	ck_assert_int_ge(srv.flushed, 1);
+}
+END_TEST
+
+START_TEST(test_device_removal_releases_mrs_after_device_removed_handler)
+{
+	struct qsm_conn *q = connect_client();
+
+	ck_assert(qsm_mr_valid(cli.mr));
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump();
+	ck_assert(!qsm_mr_valid(cli.mr));
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, 8, 0, &cli.mr), -ENODEV);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+}
+END_TEST
+
+START_TEST(test_no_completion_after_destroy)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+
+	ck_assert_int_eq(qsm_conn_post_send(q, 5, &s, 1, QSM_POST_SIGNALED), 0);
+	ck_assert_int_eq(qsm_conn_destroy(q), 0);
+	destroyed = q;
+	pump();
+	ck_assert_int_eq(after_destroy, 0);
+}
+END_TEST
+
+START_TEST(test_data_path_argument_checks)
+{
+	struct qsm_conn *q;
+	struct qsm_sge s[QSM_MAX_SGE + 1] = { { 0 } };
+	struct qsm_mr *mr;
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr }, &q), 0);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, 8, 0, &mr), -ENODEV);   /* no device yet */
+	ck_assert_int_eq(qsm_conn_reg_mr(q, NULL, 8, 0, &mr), -EINVAL);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, 0, 0, &mr), -EINVAL);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, 8, 0x100, &mr), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, s, 1, 0), -ENOTCONN);
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, s, QSM_MAX_SGE + 1, 0), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, s, 1, 0x80), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 1, NULL, 1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(NULL, 1, s, 1), -EINVAL);
+	ck_assert_int_eq(qsm_mr_dereg(NULL), -EINVAL);
+	ck_assert_int_eq(qsm_mr_valid(NULL), 0);
+}
+END_TEST
+
+static Suite *data_suite(void)
+{
+	Suite *s = suite_create("data");
+	TCase *t = tcase_create("sim");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_add_test(t, test_send_is_received_and_echoed_through_completion_handlers);
+	tcase_add_test(t, test_rdma_write_and_read_move_data_with_the_peers_rkey);
+	tcase_add_test(t, test_bad_rkey_is_an_error_completion_and_the_queue_drains);
+	tcase_add_test(t, test_disconnect_flushes_posted_receives_back_to_the_ulp);
+	tcase_add_test(t, test_device_removal_releases_mrs_after_device_removed_handler);
+	tcase_add_test(t, test_no_completion_after_destroy);
+	tcase_add_test(t, test_data_path_argument_checks);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+QSM_CHECK_MAIN(data_suite)
