@@ -44,6 +44,7 @@ struct ping {
 	unsigned pings;
 	int phase;
 	int failed;
+	int counted;              /* in done_conns already */
 };
 
 static unsigned done_conns, failed_conns;
@@ -54,6 +55,29 @@ static void stop_all(void)
 	for (int i = 0; i < 2; i++)
 		if (stop_ctx[i])
 			qsm_ctx_stop(stop_ctx[i]);
+}
+
+/* A connection is over (released, given up or aborted): counted once. */
+static void conn_done(struct ping *p, int failed)
+{
+	if (p->counted)
+		return;
+	p->counted = 1;
+	if (failed)
+		failed_conns++;
+	if (++done_conns == o.conns)
+		stop_all();
+}
+
+/* Something went wrong on a live connection: disconnect it (it is counted as failed when it
+ * closes); non-zero (abort the queue) only if even that is refused. */
+static int fail_conn(struct qsm_conn *q, struct ping *p)
+{
+	p->failed = 1;
+	if (qsm_conn_disconnect(q) == 0)
+		return 0;
+	conn_done(p, 1);
+	return 1;
 }
 
 static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
@@ -111,6 +135,7 @@ static void free_buffers(struct qsm_conn *q)
 	/* the MRs go with the queue; the memory is ours */
 	free(p->start_buf);
 	free(p->rdma_buf);
+	p->start_buf = p->rdma_buf = NULL;
 }
 
 /* ---- client ---- */
@@ -139,14 +164,28 @@ static int client_ping(struct qsm_conn *q, struct ping *p)
 
 static int client_connecting(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	struct ping *p = qsm_conn_priv(q);
+	int r;
+
 	(void)ev;
-	return setup_buffers(q, qsm_conn_priv(q));
+	r = setup_buffers(q, p);
+	if (r < 0) {
+		fprintf(stderr, "qsm-ping: buffers: %s\n", strerror(-r));
+		conn_done(p, 1);
+		free_buffers(q);
+		return 1;
+	}
+	return 0;
 }
 
 static int client_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	struct ping *p = qsm_conn_priv(q);
+
 	(void)ev;
-	return client_ping(q, qsm_conn_priv(q));
+	if (client_ping(q, p) < 0)
+		return fail_conn(q, p);
+	return 0;
 }
 
 static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
@@ -158,27 +197,42 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	if (wc->status != QSM_WC_SUCCESS) {
 		fprintf(stderr, "qsm-ping: completion error %d (wr %llu)\n", wc->status,
 			(unsigned long long)wc->wr_id);
-		p->failed = 1;
-		return qsm_conn_disconnect(q) < 0;
+		return fail_conn(q, p);
 	}
 	if (wc->wr_id != WR_RECV)
 		return 0;
+	/* as rping: every message is one struct rping_rdma_info */
+	if (wc->byte_len != sizeof(p->recv_info)) {
+		fprintf(stderr, "qsm-ping: received %u bytes, expected %zu\n", wc->byte_len,
+			sizeof(p->recv_info));
+		return fail_conn(q, p);
+	}
 	if (post_recv(q, p) < 0)
-		return -1;
+		return fail_conn(q, p);
 	if (p->phase == 1) {          /* server read our start buffer: hand it the sink */
 		p->phase = 2;
-		return send_info(q, p, p->rdma_buf, p->rdma_mr);
+		if (send_info(q, p, p->rdma_buf, p->rdma_mr) < 0)
+			return fail_conn(q, p);
+		return 0;
+	}
+	if (p->phase != 2) {
+		fprintf(stderr, "qsm-ping: unexpected message in phase %d\n", p->phase);
+		return fail_conn(q, p);
 	}
 	/* server wrote it back */
+	p->phase = 0;
 	if (o.validate && memcmp(p->start_buf, p->rdma_buf, o.size) != 0) {
 		fprintf(stderr, "qsm-ping: data mismatch at ping %u\n", p->pings);
-		p->failed = 1;
-		return qsm_conn_disconnect(q) < 0;
+		return fail_conn(q, p);
 	}
 	if (o.verbose)
 		printf("ping data: %s\n", p->rdma_buf);
-	if (++p->pings < o.count)
-		return client_ping(q, p);
+	if (++p->pings < o.count) {
+		memset(p->rdma_buf, 0, o.size);   /* the next ping must be written again */
+		if (client_ping(q, p) < 0)
+			return fail_conn(q, p);
+		return 0;
+	}
 	return qsm_conn_disconnect(q) < 0;
 }
 
@@ -186,17 +240,17 @@ static void client_release(struct qsm_conn *q)
 {
 	struct ping *p = qsm_conn_priv(q);
 
-	if (p->failed || p->pings < o.count)
-		failed_conns++;
-	if (++done_conns == o.conns)
-		stop_all();
+	conn_done(p, p->failed || p->pings < o.count);
 	free_buffers(q);
 }
 
+/* qsm_conn_destroy() means no more callbacks, release included: count it here. */
 static int client_failed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	(void)ev;
 	fprintf(stderr, "qsm-ping: cannot connect, giving up\n");
+	conn_done(qsm_conn_priv(q), 1);
+	free_buffers(q);
 	qsm_conn_destroy(q);
 	return 0;
 }
@@ -218,13 +272,24 @@ static const struct qsm_class client_class = {
 
 static int server_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	struct ping *p = qsm_conn_priv(q);
+	int r;
+
 	(void)ev;
-	return setup_buffers(q, qsm_conn_priv(q));
+	r = setup_buffers(q, p);
+	if (r < 0) {
+		fprintf(stderr, "qsm-ping server: buffers: %s\n", strerror(-r));
+		conn_done(p, 1);
+		free_buffers(q);
+		return 1;
+	}
+	return 0;
 }
 
 static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct ping *p = qsm_conn_priv(q);
+	struct rping_info info;
 	struct qsm_sge s;
 	uint32_t len;
 
@@ -233,34 +298,63 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	if (wc->status != QSM_WC_SUCCESS) {
 		fprintf(stderr, "qsm-ping server: completion error %d (wr %llu)\n", wc->status,
 			(unsigned long long)wc->wr_id);
-		p->failed = 1;
-		return qsm_conn_disconnect(q) < 0;
+		return fail_conn(q, p);
 	}
 	switch (wc->wr_id) {
 	case WR_RECV:
+		if (wc->byte_len != sizeof(p->recv_info)) {
+			fprintf(stderr, "qsm-ping server: received %u bytes, expected %zu\n", wc->byte_len,
+				sizeof(p->recv_info));
+			return fail_conn(q, p);
+		}
+		/* read the message before the buffer is posted again */
+		info = p->recv_info;
 		if (post_recv(q, p) < 0)
-			return -1;
-		len = be32toh(p->recv_info.size);
+			return fail_conn(q, p);
+		len = be32toh(info.size);
 		if (len > o.size)
 			len = o.size;
 		s = sge_of(p->rdma_buf, len, p->rdma_mr);
 		if (p->phase == 0) {   /* the client's start buffer: read it */
 			p->phase = 1;
-			return qsm_conn_post_read(q, WR_READ, &s, 1, be64toh(p->recv_info.buf),
-						  be32toh(p->recv_info.rkey), QSM_POST_SIGNALED) < 0;
+			memset(p->rdma_buf, 0, o.size);
+			if (qsm_conn_post_read(q, WR_READ, &s, 1, be64toh(info.buf), be32toh(info.rkey),
+					       QSM_POST_SIGNALED) < 0)
+				return fail_conn(q, p);
+			return 0;
+		}
+		if (p->phase != 2) {
+			fprintf(stderr, "qsm-ping server: unexpected message in phase %d\n", p->phase);
+			return fail_conn(q, p);
 		}
 		/* the client's sink: write the data back */
-		p->phase = 0;
+		p->phase = 3;
 		s.length = (uint32_t)strnlen(p->rdma_buf, o.size - 1) + 1;
-		return qsm_conn_post_write(q, WR_WRITE, &s, 1, be64toh(p->recv_info.buf),
-					   be32toh(p->recv_info.rkey), QSM_POST_SIGNALED) < 0;
+		if (s.length > len)
+			s.length = len;
+		if (qsm_conn_post_write(q, WR_WRITE, &s, 1, be64toh(info.buf), be32toh(info.rkey),
+					QSM_POST_SIGNALED) < 0)
+			return fail_conn(q, p);
+		return 0;
 	case WR_READ:
+		/* what rping's client sends: "rdma-ping-N: " and printable characters */
+		if (o.validate && (strncmp(p->rdma_buf, "rdma-ping-", 10) != 0 ||
+				   strnlen(p->rdma_buf, o.size) == o.size)) {
+			fprintf(stderr, "qsm-ping server: bad ping data at ping %u\n", p->pings);
+			return fail_conn(q, p);
+		}
 		if (o.verbose)
 			printf("server ping data: %s\n", p->rdma_buf);
-		return send_info(q, p, p->rdma_buf, p->rdma_mr) < 0; /* go ahead */
+		p->phase = 2;
+		if (send_info(q, p, p->rdma_buf, p->rdma_mr) < 0) /* go ahead */
+			return fail_conn(q, p);
+		return 0;
 	case WR_WRITE:
 		p->pings++;
-		return send_info(q, p, p->rdma_buf, p->rdma_mr) < 0; /* begin again */
+		p->phase = 0;
+		if (send_info(q, p, p->rdma_buf, p->rdma_mr) < 0) /* begin again */
+			return fail_conn(q, p);
+		return 0;
 	default:
 		return 0;
 	}
@@ -270,12 +364,9 @@ static void server_release(struct qsm_conn *q)
 {
 	struct ping *p = qsm_conn_priv(q);
 
-	if (p->failed)
-		failed_conns++;
 	if (o.verbose)
 		printf("server: connection closed after %u pings\n", p->pings);
-	if (++done_conns == o.conns)
-		stop_all();
+	conn_done(p, p->failed);
 	free_buffers(q);
 }
 
@@ -406,6 +497,23 @@ int main(int argc, char **argv)
 	}
 	r = failed_conns ? 1 : 0;
 	printf("qsm-ping: %u connection(s), %u failed\n", done_conns, failed_conns);
+	for (int i = 0; i < 2; i++) {
+		struct qsm_counters cnt;
+
+		if (!ctx[i] || qsm_ctx_counters(ctx[i], &cnt) < 0)
+			continue;
+		printf("qsm-ping: %s counters: unexpected %llu, dispatched %llu, completions %llu, "
+		       "dropped %llu, aborts %llu, action_errors %llu\n",
+		       o.sim ? (i ? "client" : "server") : "ctx", (unsigned long long)cnt.unexpected,
+		       (unsigned long long)cnt.dispatched, (unsigned long long)cnt.completions,
+		       (unsigned long long)cnt.dropped, (unsigned long long)cnt.aborts,
+		       (unsigned long long)cnt.action_errors);
+		if (cnt.unexpected) {
+			fprintf(stderr, "qsm-ping: %llu unexpected event(s)\n", (unsigned long long)cnt.unexpected);
+			r = 1;
+		}
+	}
+	fflush(stdout);
 	qsm_ctx_free(ctx[1]);
 	qsm_ctx_free(ctx[0]);
 	qsm_sim_free(sim);

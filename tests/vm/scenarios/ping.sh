@@ -1,0 +1,175 @@
+#!/bin/bash
+# VM scenario: the data path of the rdmacm fabric, with examples/qsm-ping speaking rping's wire
+# protocol (send/recv + RDMA READ + RDMA WRITE), on soft-RoCE:
+#   1. qsm-ping client  against rdma-core's rping server        (3 pings, payload validated)
+#   2. rping client -V  against the qsm-ping server             (3 pings, rping validates)
+#   3. qsm-ping client  against the qsm-ping server, N connections in parallel (default 100)
+#   tests/vm/run tests/vm/scenarios/ping.sh [N [QSM_PING_BINARY]]
+# The binary: QSM_PING_BINARY, else $QSM_PING_BIN, else ./examples/qsm-ping (run from the top of
+# the build tree). Every wait is bounded; exit 0 only if every check passed.
+set -u
+
+n=${1:-100}
+bin=${2:-${QSM_PING_BIN:-./examples/qsm-ping}}
+addr=${QSM_VM_ADDR:-192.0.2.1}
+dev=${QSM_VM_DEV:-rxe0}
+tmp=${TMPDIR:-/tmp}
+out=${QSM_VM_OUT:-$tmp}
+failures=0
+
+step() { echo "== $*"; }
+now() { echo "${EPOCHREALTIME/,/.}"; }
+usec() { echo "${EPOCHREALTIME/[.,]/}"; }
+ms() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.0f", (b-a)*1000}'; }
+die() {
+	echo "FAIL: $*"
+	exit 1
+}
+# check LABEL T0 COND-RESULT(0 ok) MESSAGE: one PASS/FAIL line with the check's wall time
+verdict() {
+	local label=$1 t0=$2 bad=$3
+	shift 3
+	if [[ $bad == 0 ]]; then
+		echo "PASS: $label ($(ms "$t0" "$(now)") ms)"
+	else
+		echo "FAIL: $label ($(ms "$t0" "$(now)") ms): $*"
+		failures=$((failures + 1))
+		echo "   -- dmesg (tail)"
+		dmesg | tail -n 15 | sed 's/^/   /'
+	fi
+}
+show() { # LABEL FILE: a log, indented
+	sed "s/^/   $1: /" "$2"
+}
+# Wait (bounded, wall clock) until a background process ends; its exit code, or 124.
+wait_bounded() {
+	local pid=$1 secs=$2 end rc=0
+	end=$(($(usec) + secs * 1000000))
+	while kill -0 "$pid" 2>/dev/null && (($(usec) < end)); do
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -KILL "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		return 124
+	fi
+	wait "$pid" || rc=$?
+	return $rc
+}
+# Wait (bounded) until something listens on an rdma_cm port: rdma_cm listeners are not in
+# /proc/net; `rdma resource show cm_id` lists them.
+wait_listen() {
+	local port=$1 end
+	end=$(($(usec) + 10000000))
+	while (($(usec) < end)); do
+		rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -q ":$port\b" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+[[ ${QSM_VM:-} == 1 ]] || die "not inside the test VM (run it with tests/vm/run)"
+[[ -x $bin ]] || die "$bin not found or not executable (build it, or set QSM_PING_BIN)"
+for t in rping rdma timeout; do
+	command -v "$t" >/dev/null || die "$t not installed"
+done
+end=$(($(usec) + 10000000))
+until rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE'; do
+	(($(usec) < end)) || die "$dev is not ACTIVE"
+	sleep 0.1
+done
+
+# ---- 1. qsm-ping client -> rping server ----------------------------------------------------
+step "1: $bin -c -a $addr -C 3 -v  against  rping -s -a $addr -C 3 -v"
+slog=$tmp/ping1-rping-server.log
+clog=$tmp/ping1-qsm-client.log
+t0=$(now)
+timeout -s KILL 60 rping -s -a "$addr" -C 3 -v >"$slog" 2>&1 &
+spid=$!
+wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
+t1=$(now)
+timeout -s KILL 60 "$bin" -c -a "$addr" -C 3 -v >"$clog" 2>&1
+crc=$?
+t2=$(now)
+wait_bounded "$spid" 30
+src=$?
+show "qsm-ping client" "$clog"
+show "rping server" "$slog"
+np=$(grep -c '^ping data: rdma-ping-' "$clog")
+ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
+echo "   client run $(ms "$t1" "$t2") ms; client exit $crc, server exit $src; pings: client $np, server $ns"
+bad=0
+[[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
+grep -q 'unexpected 0,' "$clog" || bad=1
+verdict "qsm-ping client -> rping server, 3 pings validated" "$t0" "$bad" \
+	"client exit $crc, server exit $src, pings $np/$ns"
+
+# ---- 2. rping client -> qsm-ping server ----------------------------------------------------
+step "2: rping -c -a $addr -C 3 -v -V  against  $bin -s -a $addr -v"
+slog=$tmp/ping2-qsm-server.log
+clog=$tmp/ping2-rping-client.log
+: >"$clog"
+t0=$(now)
+timeout -s KILL 60 "$bin" -s -a "$addr" -v >"$slog" 2>&1 &
+spid=$!
+wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
+t1=$(now)
+crc=1
+end=$(($(usec) + 40000000))
+for ((try = 1; try <= 10 && $(usec) < end; try++)); do
+	kill -0 "$spid" 2>/dev/null || break
+	timeout -s KILL 30 rping -c -a "$addr" -C 3 -v -V >"$clog" 2>&1
+	crc=$?
+	[[ $crc == 0 ]] && break
+	echo "   rping client attempt $try exited $crc: $(tr '\n' ' ' <"$clog")"
+	sleep 0.3
+done
+t2=$(now)
+wait_bounded "$spid" 30
+src=$?
+show "rping client" "$clog"
+show "qsm-ping server" "$slog"
+np=$(grep -c '^ping data: rdma-ping-' "$clog")
+ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
+echo "   client run $(ms "$t1" "$t2") ms ($try attempt(s)); client exit $crc, server exit $src; pings: client $np, server $ns"
+bad=0
+[[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
+grep -q 'connection closed after 3 pings' "$slog" || bad=1
+grep -q 'unexpected 0,' "$slog" || bad=1
+! grep -q 'data mismatch' "$clog" || bad=1
+verdict "rping client (-V) -> qsm-ping server, 3 pings validated" "$t0" "$bad" \
+	"client exit $crc, server exit $src, pings $np/$ns"
+
+# ---- 3. qsm-ping x N in parallel ------------------------------------------------------------
+port=7175
+step "3: $bin -c -n $n -C 3  against  $bin -s -n $n (port $port)"
+slog=$tmp/ping3-qsm-server.log
+clog=$tmp/ping3-qsm-client.log
+t0=$(now)
+timeout -s KILL 150 "$bin" -s -a "$addr" -p $port -n "$n" >"$slog" 2>&1 &
+spid=$!
+wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
+t1=$(now)
+timeout -s KILL 120 "$bin" -c -a "$addr" -p $port -n "$n" -C 3 >"$clog" 2>&1
+crc=$?
+t2=$(now)
+wait_bounded "$spid" 30
+src=$?
+t3=$(now)
+show "qsm-ping client" "$clog"
+show "qsm-ping server" "$slog"
+echo "   client run $(ms "$t1" "$t2") ms for $n connections x 3 pings; server done $(ms "$t2" "$t3") ms later"
+bad=0
+[[ $crc == 0 && $src == 0 ]] || bad=1
+grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || bad=1
+grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || bad=1
+grep -q 'unexpected 0,' "$clog" && grep -q 'unexpected 0,' "$slog" || bad=1
+verdict "qsm-ping x $n connections in parallel, 3 pings each" "$t0" "$bad" \
+	"client exit $crc, server exit $src"
+cp "$tmp"/ping*.log "$out"/ 2>/dev/null
+
+if ((failures)); then
+	echo "FAIL: $failures of 3 checks failed"
+	exit 1
+fi
+echo "PASS: all 3 ping checks"
