@@ -49,7 +49,6 @@ static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_i
 	if (fn(q, ev) != 0 && !q->dead) {
 		q->dead = true;
 		q->abort_pending = true;
-		q->ctx->counters.aborts++;
 	}
 }
 
@@ -352,6 +351,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 	     it->pdata_len);
 	if (q->abort_pending && !q->obj.closed) {
 		q->abort_pending = false;
+		q->ctx->counters.aborts++;
 		step(q, QSM_EV_ABORT, 0, NULL, 0);
 	}
 }

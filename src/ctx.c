@@ -433,7 +433,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 			return 0;
 		}
 		/* An id nobody owns: only a request whose listener is gone can be that. */
-		ctx->counters.dropped++;
+		ctx->counters.orphans++;
 		qsm_trace(ctx, "fabric", NULL, 0, "-", ev.event, NULL, ev.status);
 		if (ev.event == QSM_EV_CONNECT_REQUEST && ev.id) {
 			ctx->ops->reject(ev.id, NULL, 0);
@@ -447,7 +447,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 			ctx->ops->reject(ev.id, NULL, 0);
 			ctx->ops->destroy_id(ev.id);
 		}
-		ctx->counters.dropped++;
+		ctx->counters.orphans++;
 		return r;
 	}
 	it->target = target;
@@ -536,7 +536,7 @@ int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms)
 		int wait = qsm_ctx_next_timeout_ms(ctx), r;
 
 		if (now >= end)
-			return -ETIMEDOUT;
+			return qsm_ctx_dispatch(ctx, 0) < 0 ? -EINVAL : -ETIMEDOUT;
 		if (end != UINT64_MAX && (wait < 0 || (uint64_t)wait > (end - now) / 1000000))
 			wait = (int)((end - now) / 1000000) + 1;
 		if (wait != 0 && poll(&pfd, 1, wait) < 0 && errno != EINTR)

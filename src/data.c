@@ -150,6 +150,5 @@ void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it)
 	if (fn(q, &it->wc) != 0 && !q->dead) {
 		q->dead = true;
 		q->abort_pending = true;
-		q->ctx->counters.aborts++;
 	}
 }

@@ -129,7 +129,7 @@ struct qsm_fdev {
 	int cq_cap, cq_need, max_cqe;
 	uint8_t max_rd_atom, max_init_rd_atom;   /* device limits, for rdma_conn_param */
 	struct link qps[QP_BUCKETS];
-	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, async_other;
+	uint64_t async_other;
 };
 
 /* A registered memory region: holds its device's resources (PD) like a device_get(). */
@@ -186,6 +186,9 @@ struct rc_fabric {
 	bool kicked;
 	bool polled_once;
 	uint64_t next_qp_serial;
+	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
+	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
+	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
 };
 
 static const struct qsm_fabric_ops rc_ops;
@@ -647,6 +650,12 @@ static void rc_destroy(struct qsm_fabric *base)
 
 	if (!base)
 		return;
+	if (getenv("QSM_RDMACM_STATS"))
+		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu, flush %llu, error %llu, "
+			"dropped %llu; flushes synthesised %llu\n", (unsigned long long)f->posts,
+			(unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
+			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
+			(unsigned long long)f->wc_synth);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = container_of(pos, struct qsm_fid, node);
@@ -776,8 +785,7 @@ static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
 /* A WR the QP will never complete (posted after ERR, or not flushed): its flush, from us. */
 static void rec_flush(struct qsm_fid *id, int wq, struct wr_rec *r)
 {
-	if (id->dev)
-		id->dev->wc_synth++;
+	id->fab->wc_synth++;
 	wc_push(id, r->wr_id, (enum qsm_wr_opcode)r->opcode, QSM_WC_WR_FLUSH_ERR, 0);
 	rec_free(id, wq, r);
 }
@@ -832,7 +840,7 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 	}
 	/* a destroyed QP's leftovers (its number may be reused), or a WR flushed by us already */
 	if (!id || ((wc->wr_id >> 32) & TAG_SERIAL_MASK) != (id->qp_serial & TAG_SERIAL_MASK)) {
-		d->wc_stale++;
+		d->fab->wc_stale++;
 		return;
 	}
 	wq = wc->wr_id & TAG_RECV ? WQ_RECV : WQ_SEND;
@@ -846,7 +854,7 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		}
 	}
 	if (!r || !r->hw) {
-		d->wc_stale++;
+		d->fab->wc_stale++;
 		return;
 	}
 	/* Unsignaled sends before it completed silently (a send queue completes in order). */
@@ -861,11 +869,11 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		}
 	st = wc_status(wc->status);
 	if (st == QSM_WC_SUCCESS)
-		d->wc_ok++;
+		d->fab->wc_ok++;
 	else if (st == QSM_WC_WR_FLUSH_ERR)
-		d->wc_flush++;
+		d->fab->wc_flush++;
 	else
-		d->wc_err++;
+		d->fab->wc_err++;
 	if (st != QSM_WC_SUCCESS)
 		id->qp_err = true;   /* an error completion moves an RC QP to ERR */
 	/* wc->opcode is undefined in error completions: the WR's own is reported */
@@ -1547,8 +1555,7 @@ static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_
 	struct wr_rec *r;
 
 	if (list_empty(&id->wq[wq])) {
-		if (id->dev)
-			id->dev->wc_synth++;
+		id->fab->wc_synth++;
 		wc_push(id, wr_id, op, QSM_WC_WR_FLUSH_ERR, 0);
 		return 0;
 	}
@@ -1606,6 +1613,7 @@ static int rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 		return ret > 0 ? -ret : -EINVAL;
 	}
 	r->hw = true;
+	id->fab->posts++;
 	id->wq_hw[WQ_SEND]++;
 	list_add_tail(&id->wq[WQ_SEND], &r->node);
 	return 0;
@@ -1641,6 +1649,7 @@ static int rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fab
 		return ret > 0 ? -ret : -EINVAL;
 	}
 	r->hw = true;
+	id->fab->posts++;
 	id->wq_hw[WQ_RECV]++;
 	list_add_tail(&id->wq[WQ_RECV], &r->node);
 	return 0;

@@ -107,13 +107,17 @@ struct qsm_counters {
 	uint64_t dispatched;             /* all events dispatched to a machine */
 	uint64_t transitions;            /* edges taken (self-loops included) */
 	uint64_t unexpected;             /* events with no edge */
-	uint64_t dropped;                /* events for a queue already destroyed */
+	uint64_t dropped;                /* queued events for an object already destroyed, or
+	                                    for an id it had let go of */
+	uint64_t orphans;                /* fabric events no object owned (a request whose
+	                                    listener is gone: rejected), never queued */
 	uint64_t reconnects;             /* RETRY edges taken */
 	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
-	uint64_t aborts;                 /* handlers that returned non-zero (their ABORT is
-	                                    dispatched at once, not through the FIFO, so
-	                                    popped + aborts == dispatched + dropped +
-	                                    completions) */
+	uint64_t aborts;                 /* ABORT edges taken because a handler returned
+	                                    non-zero (dispatched at once, not through the FIFO,
+	                                    so popped + aborts == dispatched + dropped +
+	                                    completions, and fabric_events == events queued
+	                                    from the fabric + orphans) */
 	uint64_t action_errors;          /* actions that failed and were fed back as events */
 	uint64_t completions;            /* work completions handed to completion handlers */
 	uint64_t queues_live;            /* queues not yet freed */
@@ -147,7 +151,8 @@ int qsm_ctx_fd(struct qsm_ctx *ctx);
 int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget);
 /* Milliseconds until the next timer (-1: none, 0: work is pending now). */
 int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx);
-/* Polls and dispatches until qsm_ctx_stop() or @timeout_ms (-1: forever). Returns 0 or -errno. */
+/* Polls and dispatches until qsm_ctx_stop() (0) or until @timeout_ms ran out (-ETIMEDOUT; it
+ * dispatches at least once, so 0 is a non-blocking pass); -1 waits forever. */
 int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms);
 void qsm_ctx_stop(struct qsm_ctx *ctx);
 int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out);

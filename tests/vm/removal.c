@@ -1,6 +1,10 @@
 /* rdma-qsm VM test: device removal with live queues on the real kernel RDMA stack (rdmacm fabric).
  * N queues connect to a listener, `rdma link delete` must complete while the process lives on,
  * every client queue waits in RECONNECT_WAIT, and after `rdma link add` all N are LIVE again.
+ * The data path runs through it: every time a queue is LIVE it exchanges one message (send,
+ * echoed by the server, received), with one spare receive left posted, so MRs and WRs are
+ * outstanding when the device goes.  At the end every queue disconnects and posts a receive
+ * after its QP went to ERR: both receives must come back flushed, before DRAINED.
  *
  *   removal [N [TRACE_FILE]]     N queues (default 100); trace to TRACE_FILE ("-" = stdout,
  *                                default: no trace).  Env: QSM_VM_DEV (rxe0), QSM_VM_NETDEV
@@ -28,9 +32,33 @@
 #define GAP_LIMIT_MS 10000
 #define RECONNECT_LIMIT_MS 60000
 
+#define EXCHANGE_LIMIT_MS 30000
+#define CLOSE_LIMIT_MS 30000
+#define MSG_LEN 64
+
+enum { WR_RECV = 1, WR_SPARE, WR_LATE, WR_SEND };
+
+/* Per client queue, outside the queue (qsm_conn_user) so that it outlives it. */
 struct queue {
+	unsigned index;
+	struct qsm_conn *q;         /* NULL once released */
 	unsigned removals;          /* device_removed handler calls */
 	unsigned lives;             /* LIVE.enter calls */
+	unsigned exchanged;         /* echoes received and verified */
+	unsigned flushed;           /* FLUSH_ERR completions */
+	unsigned flushed_at_drained;
+	unsigned late;              /* completions after DRAINED */
+	unsigned errors;            /* bad completions, bad echoes, failed posts */
+	int late_post;              /* qsm_conn_post_recv() after ERR: its return */
+	bool drained, released;
+	struct qsm_mr *mr;
+	char rbuf[MSG_LEN], sbuf[MSG_LEN];
+};
+
+/* Per server (passive) queue: its buffers. */
+struct echo {
+	struct qsm_mr *mr;
+	char rbuf[MSG_LEN], sbuf[MSG_LEN + 8];
 };
 
 static FILE *trace_out;
@@ -58,33 +86,179 @@ static void check(bool ok, const char *fmt, ...)
 		failures++;
 }
 
+static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
+{
+	return (struct qsm_sge){ .addr = (uintptr_t)buf, .length = len, .lkey = qsm_mr_lkey(mr) };
+}
+
+/* Buffers registered on the queue's current device: again after the device went away. */
+static int reg_buffers(struct qsm_conn *q, struct qsm_mr **mr, void *buf, size_t len)
+{
+	if (qsm_mr_valid(*mr))
+		return 0;
+	if (*mr)
+		qsm_mr_dereg(*mr);
+	*mr = NULL;
+	return qsm_conn_reg_mr(q, buf, len, QSM_ACCESS_LOCAL_WRITE, mr);
+}
+
 static int on_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	(void)ev;
-	((struct queue *)qsm_conn_priv(q))->removals++;
+	((struct queue *)qsm_conn_user(q))->removals++;
 	return 0;
 }
 
+/* LIVE: receive posted first, then one message that the server echoes. */
 static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	struct queue *u = qsm_conn_user(q);
+	struct qsm_sge rs, ss;
+
 	(void)ev;
-	((struct queue *)qsm_conn_priv(q))->lives++;
+	u->lives++;
+	if (reg_buffers(q, &u->mr, u, sizeof(*u)) < 0) {
+		u->errors++;
+		return 0;
+	}
+	memset(u->rbuf, 0, sizeof(u->rbuf));
+	snprintf(u->sbuf, sizeof(u->sbuf), "queue %u life %u", u->index, u->lives);
+	rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
+	ss = sge_of(u->sbuf, (uint32_t)strlen(u->sbuf) + 1, u->mr);
+	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
+	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+		u->errors++;
 	return 0;
+}
+
+/* The QP is in ERR now (rdma_disconnect): a receive posted here must come back flushed. */
+static int on_disconnecting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct queue *u = qsm_conn_user(q);
+	struct qsm_sge rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
+
+	(void)ev;
+	u->late_post = qsm_conn_post_recv(q, WR_LATE, &rs, 1);
+	return 0;
+}
+
+static int on_closing_event(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct queue *u = qsm_conn_user(q);
+
+	if (ev->event == QSM_EV_DRAINED) {
+		u->drained = true;
+		u->flushed_at_drained = u->flushed;
+	}
+	return 0;
+}
+
+static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct queue *u = qsm_conn_user(q);
+	char want[MSG_LEN];
+
+	if (u->drained)
+		u->late++;
+	if (wc->status == QSM_WC_WR_FLUSH_ERR) {
+		u->flushed++;
+		return 0;
+	}
+	if (wc->status != QSM_WC_SUCCESS) {
+		u->errors++;
+		return 0;
+	}
+	if (wc->wr_id == WR_RECV) {
+		struct qsm_sge rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
+
+		snprintf(want, sizeof(want), "echo: queue %u life %u", u->index, u->lives);
+		if (wc->opcode != QSM_WR_RECV || wc->byte_len != strlen(want) + 1 || strcmp(u->rbuf, want)) {
+			u->errors++;
+			return 0;
+		}
+		u->exchanged++;
+		/* a spare receive stays posted: outstanding at removal, flushed at the end */
+		if (qsm_conn_post_recv(q, WR_SPARE, &rs, 1) < 0)
+			u->errors++;
+	} else if (wc->wr_id != WR_SEND || wc->opcode != QSM_WR_SEND) {
+		u->errors++;
+	}
+	return 0;
+}
+
+static void client_release(struct qsm_conn *q)
+{
+	struct queue *u = qsm_conn_user(q);
+
+	u->released = true;
+	u->q = NULL;
+	u->mr = NULL;   /* freed with the queue */
 }
 
 /* The base class's behaviour (connect, READY at once), plus counting what this test checks. */
 static const struct qsm_class client_class = {
 	.name = "removal_client",
 	.super = &qsm_base_class,
-	.priv_size = sizeof(struct queue),
-	.active = { [QSM_CM_LIVE] = { .enter = on_live } },
+	.active = {
+		[QSM_CM_LIVE] = { .enter = on_live },
+		[QSM_CM_DISCONNECTING] = { .enter = on_disconnecting },
+		[QSM_CM_CLOSING] = { .on_event = on_closing_event },
+	},
 	.device_removed = on_device_removed,
+	.completion = client_completion,
+	.release = client_release,
 };
 
-/* The server side is the base class as is: it accepts every request. */
+static unsigned server_errors, server_echoes;
+
+static int server_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct echo *e = qsm_conn_priv(q);
+	struct qsm_sge rs;
+
+	(void)ev;
+	if (reg_buffers(q, &e->mr, e, sizeof(*e)) < 0) {
+		server_errors++;
+		return 0;
+	}
+	rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr);
+	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0)
+		server_errors++;
+	return 0;
+}
+
+/* Every message comes back as "echo: <message>". */
+static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct echo *e = qsm_conn_priv(q);
+	struct qsm_sge rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr), ss;
+
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		return 0;
+	if (wc->status != QSM_WC_SUCCESS) {
+		server_errors++;
+		return 0;
+	}
+	if (wc->wr_id != WR_RECV)
+		return 0;
+	e->rbuf[sizeof(e->rbuf) - 1] = 0;
+	snprintf(e->sbuf, sizeof(e->sbuf), "echo: %s", e->rbuf);
+	ss = sge_of(e->sbuf, (uint32_t)strlen(e->sbuf) + 1, e->mr);
+	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
+	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+		server_errors++;
+	else
+		server_echoes++;
+	return 0;
+}
+
+/* The server side: the base class (accepts every request), echoing every message. */
 static const struct qsm_class server_class = {
 	.name = "removal_server",
 	.super = &qsm_base_class,
+	.priv_size = sizeof(struct echo),
+	.passive = { [QSM_ACCEPT_ACCEPTING] = { .enter = server_accepting } },
+	.completion = server_completion,
 };
 
 static void print_trace(const struct qsm_trace_record *r, void *arg)
@@ -121,7 +295,36 @@ static unsigned count_state(struct qsm_conn **q, unsigned n, int state)
 	unsigned c = 0;
 
 	for (unsigned i = 0; i < n; i++)
-		c += qsm_conn_state(q[i]) == state;
+		c += q[i] && qsm_conn_state(q[i]) == state;
+	return c;
+}
+
+static unsigned count_exchanged(const struct queue *u, unsigned n, unsigned at_least)
+{
+	unsigned c = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		c += u[i].exchanged >= at_least;
+	return c;
+}
+
+/* Until every queue exchanged `rounds` messages in all, or the limit; the time it took. */
+static double wait_exchanged(struct qsm_ctx *a, struct qsm_ctx *b, const struct queue *u, unsigned n,
+			     unsigned rounds)
+{
+	double t0 = now_s();
+
+	while (count_exchanged(u, n, rounds) < n && (now_s() - t0) * 1000 < EXCHANGE_LIMIT_MS)
+		pump(a, b);
+	return now_s() - t0;
+}
+
+static unsigned sum_errors(const struct queue *u, unsigned n)
+{
+	unsigned c = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		c += u[i].errors;
 	return c;
 }
 
@@ -190,6 +393,8 @@ int main(int argc, char **argv)
 	char *del_cmd[] = { "rdma", "link", "delete", (char *)dev, NULL };
 	char *add_cmd[] = { "rdma", "link", "add", (char *)dev, "type", "rxe", "netdev", (char *)netdev, NULL };
 	double t0, t_connect, t_delete = -1, t_gap = -1, t_add, t_reconnect = -1;
+	double t_data1 = -1, t_data2 = -1, t_close = -1;
+	struct queue *u;
 	unsigned removed = 0, live;
 	int r, st = 0;
 
@@ -207,7 +412,8 @@ int main(int argc, char **argv)
 		}
 	}
 	q = calloc(n, sizeof(*q));
-	if (!q)
+	u = calloc(n, sizeof(*u));
+	if (!q || !u)
 		return 2;
 
 	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
@@ -236,8 +442,11 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n; i++) {
 		r = qsm_conn_new(client, &(struct qsm_conn_opts){ .cls = &client_class,
 				 .dst = (struct sockaddr *)&addr,
-				 .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 } },
+				 .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 },
+				 .user = &u[i] },
 				 &q[i]);
+		u[i].index = i;
+		u[i].q = q[i];
 		if (r == 0)
 			r = qsm_conn_connect(q[i]);
 		if (r < 0) {
@@ -254,6 +463,12 @@ int main(int argc, char **argv)
 	check(sc.queues_live == n, "server holds %llu passive queues (expected %u)",
 	      (unsigned long long)sc.queues_live, n);
 	check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING");
+	if (failures)
+		goto out;
+	t_data1 = wait_exchanged(server, client, u, n, 1);
+	check(count_exchanged(u, n, 1) == n && !sum_errors(u, n) && !server_errors,
+	      "%u/%u queues exchanged a message (send, echo, recv), %.3f s after all were LIVE; errors: client %u, server %u",
+	      count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), server_errors);
 	if (failures)
 		goto out;
 
@@ -277,7 +492,7 @@ int main(int argc, char **argv)
 		}
 	}
 	for (unsigned i = 0; i < n; i++)
-		removed += ((struct queue *)qsm_conn_priv(q[i]))->removals >= 1;
+		removed += u[i].removals >= 1;
 	check(removed == n, "%u/%u client queues took DEVICE_REMOVAL", removed, n);
 	check(t_gap >= 0, "%u/%u client queues in RECONNECT_WAIT (%u seen at the end)", t_gap >= 0 ? n : 0,
 	      n, count_state(q, n, QSM_CM_RECONNECT_WAIT));
@@ -304,6 +519,65 @@ int main(int argc, char **argv)
 	check(live == n, "%u/%u client queues LIVE again, %.3f s after rdma link add started", live, n,
 	      t_reconnect);
 	check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING again");
+	if (failures)
+		goto out;
+
+	/* ---- data again, on the new device ---- */
+	t_data2 = wait_exchanged(server, client, u, n, 2);
+	check(count_exchanged(u, n, 2) == n && !sum_errors(u, n) && !server_errors,
+	      "%u/%u queues exchanged a message again after the reconnect, %.3f s after all were LIVE; errors: client %u, "
+	      "server %u", count_exchanged(u, n, 2), n, t_data2, sum_errors(u, n), server_errors);
+	if (failures)
+		goto out;
+
+	/* ---- disconnect all: the spare receive and one posted after ERR flush, then DRAINED ---- */
+	printf("== %u queues disconnect (limit %d ms)\n", n, CLOSE_LIMIT_MS);
+	for (unsigned i = 0; i < n; i++)
+		if (qsm_conn_disconnect(q[i]) < 0)
+			u[i].errors++;
+	t0 = now_s();
+	for (;;) {
+		unsigned closed = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			if (u[i].released)
+				q[i] = NULL;
+			closed += u[i].released;
+		}
+		if (closed == n) {
+			t_close = now_s() - t0;
+			break;
+		}
+		if ((now_s() - t0) * 1000 >= CLOSE_LIMIT_MS)
+			break;
+		pump(server, client);
+	}
+	{
+		unsigned closed = 0, drained = 0, flushed2 = 0, late = 0, late_post_ok = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			closed += u[i].released;
+			drained += u[i].drained;
+			flushed2 += u[i].flushed_at_drained == 2;
+			late += u[i].late;
+			late_post_ok += u[i].late_post == 0;
+		}
+		check(closed == n, "%u/%u client queues closed after disconnect (%.3f s)", closed, n, t_close);
+		check(drained == n, "%u/%u drained by DRAINED (not the drain timeout)", drained, n);
+		check(late_post_ok == n, "%u/%u receives posted after ERR accepted", late_post_ok, n);
+		check(flushed2 == n && !late,
+		      "%u/%u queues got both receives back flushed before DRAINED; %u completions after it",
+		      flushed2, n, late);
+		check(!sum_errors(u, n) && !server_errors, "no data path errors (client %u, server %u; "
+		      "server echoed %u messages)", sum_errors(u, n), server_errors, server_echoes);
+		for (unsigned i = 0; i < n && failures; i++)
+			if (!u[i].released || !u[i].drained || u[i].flushed_at_drained != 2 || u[i].late ||
+			    u[i].errors)
+				printf("   queue %u: released %d drained %d flushed %u (at DRAINED %u) late %u "
+				       "errors %u late_post %d exchanged %u\n", i, u[i].released, u[i].drained,
+				       u[i].flushed, u[i].flushed_at_drained, u[i].late, u[i].errors,
+				       u[i].late_post, u[i].exchanged);
+	}
 
 out:
 	qsm_ctx_counters(server, &sc);
@@ -316,16 +590,19 @@ out:
 	       (unsigned long long)sc.queues_live);
 	if (failures)
 		for (unsigned i = 0; i < n; i++)
-			if (qsm_conn_state(q[i]) != QSM_CM_LIVE)
-				printf("   queue %u: %s, %u removals, %u attempts\n", i, qsm_conn_state_name(q[i]),
-				       ((struct queue *)qsm_conn_priv(q[i]))->removals, qsm_conn_attempts(q[i]));
+			if (q[i] && qsm_conn_state(q[i]) != QSM_CM_LIVE)
+				printf("   queue %u: %s, %u removals, %u attempts, %u exchanged\n", i,
+				       qsm_conn_state_name(q[i]), u[i].removals, qsm_conn_attempts(q[i]),
+				       u[i].exchanged);
 	qsm_ctx_free(client);
 	qsm_ctx_free(server);
 	if (trace_out && trace_out != stdout)
 		fclose(trace_out);
 	free(q);
-	printf("== summary: N=%u connect %.3f s, delete %.3f s, all in RECONNECT_WAIT %.3f s after, "
-	       "reconnect %.3f s after re-add: %s\n", n, t_connect, t_delete, t_gap, t_reconnect,
+	free(u);
+	printf("== summary: N=%u connect %.3f s, data %.3f s, delete %.3f s, all in RECONNECT_WAIT %.3f s "
+	       "after, reconnect %.3f s after re-add, data %.3f s, disconnect+drain %.3f s: %s\n", n,
+	       t_connect, t_data1, t_delete, t_gap, t_reconnect, t_data2, t_close,
 	       failures ? "FAILED" : "PASS");
 	return failures ? 1 : 0;
 }

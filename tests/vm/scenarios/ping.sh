@@ -68,6 +68,17 @@ wait_listen() {
 	return 1
 }
 
+# LOG N: N queues drained by the DRAINED event (real flush of the drain marker), none by the
+# drain timeout; prints the counts and the backend's completion statistics.
+drained_ok() {
+	local d t
+	d=$(grep -c -- '--DRAINED--> ' "$1")
+	t=$(grep -c -- '--TIMEOUT--> ' "$1")
+	echo "   $(basename "$1"): $d queue(s) drained, $t timeout(s); $(grep -h '^qsm rdmacm:' "$1" | sed 's/^qsm rdmacm: //')"
+	[[ $d == "$2" && $t == 0 ]]
+}
+export QSM_TRACE=1 QSM_RDMACM_STATS=1   # qsm-ping's transitions and completion statistics
+
 [[ ${QSM_VM:-} == 1 ]] || die "not inside the test VM (run it with tests/vm/run)"
 [[ -x $bin ]] || die "$bin not found or not executable (build it, or set QSM_PING_BIN)"
 for t in rping rdma timeout; do
@@ -93,14 +104,17 @@ crc=$?
 t2=$(now)
 wait_bounded "$spid" 30
 src=$?
+t3=$(now)
 show "qsm-ping client" "$clog"
 show "rping server" "$slog"
 np=$(grep -c '^ping data: rdma-ping-' "$clog")
 ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
-echo "   client run $(ms "$t1" "$t2") ms; client exit $crc, server exit $src; pings: client $np, server $ns"
+echo "   timings: server listening $(ms "$t0" "$t1") ms, client $(ms "$t1" "$t2") ms, server exit $(ms "$t2" "$t3") ms later"
+echo "   client exit $crc, server exit $src; pings: client $np, server $ns"
 bad=0
 [[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
 grep -q 'unexpected 0,' "$clog" || bad=1
+drained_ok "$clog" 1 || bad=1
 verdict "qsm-ping client -> rping server, 3 pings validated" "$t0" "$bad" \
 	"client exit $crc, server exit $src, pings $np/$ns"
 
@@ -127,12 +141,15 @@ done
 t2=$(now)
 wait_bounded "$spid" 30
 src=$?
+t3=$(now)
 show "rping client" "$clog"
 show "qsm-ping server" "$slog"
 np=$(grep -c '^ping data: rdma-ping-' "$clog")
 ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
-echo "   client run $(ms "$t1" "$t2") ms ($try attempt(s)); client exit $crc, server exit $src; pings: client $np, server $ns"
+echo "   timings: server listening $(ms "$t0" "$t1") ms, client $(ms "$t1" "$t2") ms ($try attempt(s)), server exit $(ms "$t2" "$t3") ms later"
+echo "   client exit $crc, server exit $src; pings: client $np, server $ns"
 bad=0
+drained_ok "$slog" 1 || bad=1
 [[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
 grep -q 'connection closed after 3 pings' "$slog" || bad=1
 grep -q 'unexpected 0,' "$slog" || bad=1
@@ -156,10 +173,12 @@ t2=$(now)
 wait_bounded "$spid" 30
 src=$?
 t3=$(now)
-show "qsm-ping client" "$clog"
-show "qsm-ping server" "$slog"
-echo "   client run $(ms "$t1" "$t2") ms for $n connections x 3 pings; server done $(ms "$t2" "$t3") ms later"
+grep -v '^qsm ' "$clog" | sed 's/^/   qsm-ping client: /'
+grep -v '^qsm ' "$slog" | sed 's/^/   qsm-ping server: /'
+echo "   timings: server listening $(ms "$t0" "$t1") ms, client $(ms "$t1" "$t2") ms for $n connections x 3 pings, server exit $(ms "$t2" "$t3") ms later"
 bad=0
+drained_ok "$clog" "$n" || bad=1
+drained_ok "$slog" "$n" || bad=1
 [[ $crc == 0 && $src == 0 ]] || bad=1
 grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || bad=1
 grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || bad=1
