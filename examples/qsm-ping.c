@@ -162,7 +162,7 @@ static int client_ping(struct qsm_conn *q, struct ping *p)
 	return send_info(q, p, p->start_buf, p->start_mr);
 }
 
-static int client_connecting(struct qsm_conn *q, const struct qsm_event_info *ev)
+static int client_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct ping *p = qsm_conn_priv(q);
 	int r;
@@ -259,10 +259,10 @@ static const struct qsm_class client_class = {
 	.name = "qsm-ping-client",
 	.priv_size = sizeof(struct ping),
 	.active = {
-		[QSM_CM_CONNECTING] = { .enter = client_connecting },
 		[QSM_CM_LIVE] = { .enter = client_live },
 		[QSM_CM_FAILED] = { .enter = client_failed },
 	},
+	.qp_ready = client_qp_ready,
 	.completion = client_completion,
 	.release = client_release,
 	.qp = { .max_send_wr = 16, .max_recv_wr = 4 },
@@ -270,7 +270,7 @@ static const struct qsm_class client_class = {
 
 /* ---- server ---- */
 
-static int server_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct ping *p = qsm_conn_priv(q);
 	int r;
@@ -373,9 +373,7 @@ static void server_release(struct qsm_conn *q)
 static const struct qsm_class server_class = {
 	.name = "qsm-ping-server",
 	.priv_size = sizeof(struct ping),
-	.passive = {
-		[QSM_ACCEPT_ACCEPTING] = { .enter = server_accepting },
-	},
+	.qp_ready = server_qp_ready,   /* receives are posted before rdma_accept goes out */
 	.completion = server_completion,
 	.release = server_release,
 	.qp = { .max_send_wr = 16, .max_recv_wr = 4 },

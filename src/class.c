@@ -79,6 +79,11 @@ qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c)
 	LOOKUP(c, k->device_removed);
 }
 
+qsm_handler_fn qsm_class_qp_ready(const struct qsm_class *c)
+{
+	LOOKUP(c, k->qp_ready);
+}
+
 int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	LOOKUP(c, k->completion);

@@ -121,6 +121,12 @@ static void arm_retry(struct qsm_conn *q)
 	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
 }
 
+/* The QP is there and nothing is sent yet: the ULP posts its receives now. */
+static void qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	call(q, qsm_class_qp_ready(q->cls), ev);
+}
+
 static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
 {
 	struct qsm_ctx *ctx = q->ctx;
@@ -157,6 +163,8 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 	}
 	case QSM_ACT_CONNECT:
 		r = create_qp(q);
+		if (r == 0 && (qp_ready(q, ev), q->dead))
+			break; /* the handler refused: ABORT follows, nothing is sent */
 		if (r == 0)
 			r = ops->connect(q->id, q->pdata, q->pdata_len);
 		if (r < 0)
@@ -164,6 +172,8 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		break;
 	case QSM_ACT_ACCEPT:
 		r = create_qp(q);
+		if (r == 0 && (qp_ready(q, ev), q->dead))
+			break;
 		if (r == 0)
 			r = ops->accept(q->id, q->pdata, q->pdata_len);
 		if (r == 0)

@@ -58,8 +58,12 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  *   with QSM_WC_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
  *   so the ULP always gets its buffers back.  The drain marker is never reported as a
  *   completion: its flush is the DRAINED event.
- * - A completion with a status other than SUCCESS and FLUSH_ERR is also reported, once per
- *   QP, as QSM_EV_WC_ERROR (after the completion).
+ * - A completion with a status other than SUCCESS and QSM_WC_WR_FLUSH_ERR is also
+ *   reported, once per QP, as QSM_EV_WC_ERROR (after the completion).
+ * - Completions of one QP keep their order; between CM events and completions there is
+ *   none (a DISCONNECTED may come before completions that happened earlier).
+ * - A peer's disconnect does not move our QP to ERR (the kernel leaves user QPs alone):
+ *   posts between DISCONNECTED and the drain go to the device, which flushes them.
  */
 
 /* Not a machine event: completions go to the class's completion handler directly. */

@@ -215,6 +215,7 @@ qsm_handler_fn qsm_class_exit(const struct qsm_class *c, bool passive, int state
 qsm_handler_fn qsm_class_on_event(const struct qsm_class *c, bool passive, int state);
 qsm_handler_fn qsm_class_unexpected(const struct qsm_class *c);
 qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c);
+qsm_handler_fn qsm_class_qp_ready(const struct qsm_class *c);
 int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc);
 void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q);
 size_t qsm_class_priv_size(const struct qsm_class *c);

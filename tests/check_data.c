@@ -55,9 +55,12 @@ static int on_completion(struct qsm_conn *q, const struct qsm_wc *wc, struct buf
 }
 
 /* Server: receives posted before the accept goes out; echoes every message back. */
-static int srv_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+static int srv_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
-	(void)ev;
+	/* the QP exists, the accept is not sent yet: still deciding, QP in INIT */
+	ck_assert_int_eq(ev->event, QSM_EV_ACCEPT);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_ACCEPT_REQUESTED);
+	ck_assert_int_eq(qsm_conn_qp_state(q), QSM_QP_INIT);
 	ck_assert_int_eq(reg(q, &srv), 0);
 	return post_recv(q, &srv);
 }
@@ -76,13 +79,14 @@ static int srv_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 
 static const struct qsm_class srv_class = {
 	.name = "echo-server",
-	.passive = { [QSM_ACCEPT_ACCEPTING] = { .enter = srv_accepting } },
+	.qp_ready = srv_qp_ready,
 	.completion = srv_completion,
 };
 
-static int cli_connecting(struct qsm_conn *q, const struct qsm_event_info *ev)
+static int cli_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
-	(void)ev;
+	ck_assert_int_eq(ev->event, QSM_EV_ROUTE_RESOLVED);
+	ck_assert_int_eq(qsm_conn_qp_state(q), QSM_QP_INIT);
 	ck_assert_int_eq(reg(q, &cli), 0);
 	return post_recv(q, &cli);
 }
@@ -103,7 +107,7 @@ static int cli_device_removed(struct qsm_conn *q, const struct qsm_event_info *e
 
 static const struct qsm_class cli_class = {
 	.name = "echo-client",
-	.active = { [QSM_CM_CONNECTING] = { .enter = cli_connecting } },
+	.qp_ready = cli_qp_ready,
 	.completion = cli_completion,
 	.device_removed = cli_device_removed,
 };

@@ -73,6 +73,10 @@ struct qsm_class {
 	struct qsm_state_handlers passive[QSM_ACCEPT_STATE_COUNT];
 	qsm_handler_fn unexpected;
 	qsm_handler_fn device_removed;                     /* drop your MRs on the device here */
+	/* The QP exists (INIT) and the connect / accept is not sent yet: post receives and
+	 * register memory here, so that nothing the peer sends first can find no receive.
+	 * Non-zero destroys the queue (the connect / accept is not sent). */
+	qsm_handler_fn qp_ready;
 	/* Every receive and signaled send/write/read (qsm/data.h); non-zero destroys the queue. */
 	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
 	void (*release)(struct qsm_conn *q);               /* last call, not after ABORT; free yours */

@@ -211,7 +211,7 @@ static const struct qsm_class client_class = {
 
 static unsigned server_errors, server_echoes;
 
-static int server_accepting(struct qsm_conn *q, const struct qsm_event_info *ev)
+static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct echo *e = qsm_conn_priv(q);
 	struct qsm_sge rs;
@@ -257,7 +257,7 @@ static const struct qsm_class server_class = {
 	.name = "removal_server",
 	.super = &qsm_base_class,
 	.priv_size = sizeof(struct echo),
-	.passive = { [QSM_ACCEPT_ACCEPTING] = { .enter = server_accepting } },
+	.qp_ready = server_qp_ready,
 	.completion = server_completion,
 };
 
@@ -400,6 +400,7 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
+	setenv("QSM_RDMACM_STATS", "1", 0);   /* the backend's completion statistics at the end */
 	if (!n || n > 10000 || inet_pton(AF_INET, ip, &addr.sin_addr) != 1) {
 		fprintf(stderr, "usage: removal [N (1..10000) [TRACE_FILE|-]]\n");
 		return 2;
