@@ -417,7 +417,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 			/* Everyone who waits for a device hears about it. */
 			struct qsm_list *n;
 
-			ctx->counters.events[QSM_EV_DEVICE_ADDED]++;
+			/* counted in events[] as each fan-out item is dispatched, not here */
 			for (n = ctx->conns.next; n != &ctx->conns; n = n->next) {
 				struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, node);
 
@@ -486,10 +486,14 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		return -EINVAL;
 	if (!budget)
 		budget = DEFAULT_BUDGET;
-	fire_timers(ctx);
 	while (n < budget) {
 		struct qsm_item it;
 
+		/* Timers fire only into an empty FIFO: an item still queued may move its object to
+		 * another state (cancelling the timer), and an expiry queued behind it would then
+		 * reach a state it was never armed for. */
+		if (!ctx->fifo_len)
+			fire_timers(ctx);
 		if (!ctx->fifo_len && take_fabric_event(ctx) < 0)
 			break;
 		if (!ctx->fifo_len)

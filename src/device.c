@@ -45,8 +45,15 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		d->ctx = ctx;
 		d->fdev = fdev;
 		qsm_list_init(&d->conns);
-		ctx->ops->device_get(fdev);
 		open_sentinel(d);
+		if (!d->sentinel) {
+			/* Nothing would tell a queue in the gap that this device went away (it may
+			 * be going already), so holding it there could block its removal forever:
+			 * no registry entry; the next attach tries again. */
+			free(d);
+			return -ENODEV;
+		}
+		ctx->ops->device_get(fdev);
 		qsm_list_add_tail(&ctx->devices, &d->node);
 		ctx->counters.devices_live++;
 	}
