@@ -71,9 +71,12 @@
 		gone                                @release_all                  -> Closed
 	) >~LIVE,
 
+	# Entered from ACCEPTING too: the accept may still fail underneath.
 	Disconnecting: (
 		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Draining |
+		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED )
+		                                    @release_all                  -> Closed |
 		QSM_EV_DISCONNECT                                                 -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed

@@ -335,6 +335,16 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	}
 }
 
+/* A handler returned non-zero: the ABORT edge, at once, with no callback on the way. */
+static void take_abort(struct qsm_conn *q)
+{
+	if (!q->abort_pending || q->obj.closed)
+		return;
+	q->abort_pending = false;
+	q->ctx->counters.aborts++;
+	step(q, QSM_EV_ABORT, 0, NULL, 0);
+}
+
 void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_ctx *ctx = q->ctx;
@@ -347,10 +357,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 	}
 	if (it->event == QSM_EV_COMPLETION) {
 		qsm_conn_completion(q, it);
-		if (q->abort_pending && !q->obj.closed) {
-			q->abort_pending = false;
-			step(q, QSM_EV_ABORT, 0, NULL, 0);
-		}
+		take_abort(q);
 		return;
 	}
 	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR)
@@ -359,11 +366,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 		qp_feed(q, QSM_EV_DRAINED);
 	step(q, it->event == QSM_EV_WC_ERROR ? QSM_EV_QP_FATAL : it->event, it->status, it->pdata,
 	     it->pdata_len);
-	if (q->abort_pending && !q->obj.closed) {
-		q->abort_pending = false;
-		q->ctx->counters.aborts++;
-		step(q, QSM_EV_ABORT, 0, NULL, 0);
-	}
+	take_abort(q);
 }
 
 /* ---- construction and the public calls ---- */
@@ -490,14 +493,21 @@ int qsm_conn_ready(struct qsm_conn *q)
 
 static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, size_t max)
 {
+	int r;
+
 	if (!q || !q->passive || len > max || (len && !pdata))
 		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
 	if (q->dead || q->state != QSM_ACCEPT_REQUESTED)
 		return -EINVAL;
+	if (q->decided)
+		return -EALREADY; /* one decision per request: the first one stands */
 	q->pdata_len = (uint8_t)len;
 	if (len)
 		memcpy(q->pdata, pdata, len);
-	return downcall(q, event);
+	r = downcall(q, event);
+	if (r == 0)
+		q->decided = true;
+	return r;
 }
 
 int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)

@@ -84,6 +84,15 @@ int qsm_mr_valid(const struct qsm_mr *mr)
 	return mr && mr->fmr;
 }
 
+/* Once the drain marker is posted, a new WR would complete after DRAINED, when the QP is
+ * already gone: refuse it, the buffer stays the ULP's. */
+static bool draining(const struct qsm_conn *q)
+{
+	if (q->passive)
+		return q->state == QSM_ACCEPT_DRAINING;
+	return q->state == QSM_CM_DRAINING || q->state == QSM_CM_CLOSING;
+}
+
 static int check_sge(const struct qsm_sge *sge, int nsge)
 {
 	if (nsge < 0 || nsge > QSM_MAX_SGE || (nsge && !sge))
@@ -102,7 +111,7 @@ static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const
 
 	if (!q || q->dead || (flags & ~QSM_POST_SIGNALED) || (r = check_sge(sge, nsge)) < 0)
 		return -EINVAL;
-	if (!q->id || !q->has_qp)
+	if (!q->id || !q->has_qp || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_send)
 		return -EOPNOTSUPP;
@@ -131,7 +140,7 @@ int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 {
 	if (!q || q->dead || check_sge(sge, nsge) < 0)
 		return -EINVAL;
-	if (!q->id || !q->has_qp)
+	if (!q->id || !q->has_qp || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_recv)
 		return -EOPNOTSUPP;

@@ -454,8 +454,13 @@ static struct qsm_fdev *dev_of_verbs(struct rc_fabric *f, struct ibv_context *ve
 	struct qsm_fdev *d = dev_find(f, ibv_get_device_index(ibdev), ibv_get_device_guid(ibdev),
 				      ibv_get_device_name(ibdev), true);
 
-	if (!d)
+	if (!d) {
 		d = dev_new(f, ibdev);
+		/* An id met the device before the poll did: it is new all the same, and
+		 * the queues waiting in the gap must hear of it now, not after their backoff. */
+		if (d && f->polled_once)
+			pending_push(f, QSM_EV_DEVICE_ADDED, 0, NULL, d, false);
+	}
 	if (d && !d->verbs)
 		d->verbs = verbs;
 	return d;

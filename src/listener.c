@@ -93,7 +93,8 @@ void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it)
 	struct qsm_edge edge;
 	int cs;
 
-	if (l->obj.closed || (it->id && it->event != QSM_EV_CONNECT_REQUEST && it->id != l->id)) {
+	if (l->obj.closed || (l->dead && it->event != QSM_EV_DESTROY) ||
+	    (it->id && it->event != QSM_EV_CONNECT_REQUEST && it->id != l->id)) {
 		ctx->counters.dropped++;
 		goto release_request;
 	}
@@ -162,11 +163,17 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 	return 0;
 }
 
+/* From now on no passive queue is made: requests already taken are rejected. */
 int qsm_listener_destroy(struct qsm_listener *l)
 {
-	if (!l || l->obj.closed)
+	int r;
+
+	if (!l || l->obj.closed || l->dead)
 		return -EINVAL;
-	return qsm_post(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
+	r = qsm_post(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
+	if (r == 0)
+		l->dead = true;
+	return r;
 }
 
 int qsm_listener_state(struct qsm_listener *l)

@@ -79,6 +79,7 @@ struct qsm_conn {
 	bool has_qp;
 	bool dead;                  /* destroyed or aborted: no callback ever again */
 	bool abort_pending;
+	bool decided;               /* passive: accept or reject was called */
 	uint8_t pdata_len;          /* connect / accept / reject private data */
 	struct qsm_fid *id;
 	struct qsm_device *dev;
@@ -103,6 +104,7 @@ struct qsm_listener {
 	struct qsm_obj obj;
 	struct qsm_ctx *ctx;
 	uint8_t state;
+	bool dead;                  /* destroy was called: no new passive queue from now on */
 	struct qsm_fid *id;
 	const struct qsm_class *cls;
 	union qsm_addr addr;

@@ -145,6 +145,7 @@ struct rec {
 	bool defer;                 /* passive: the request handler decides nothing */
 	unsigned abort_pm, destroy_pm, downcall_pm;   /* per mille of callbacks */
 	unsigned reject_pct;
+	bool decided;               /* passive: accept or reject returned 0 once */
 };
 
 static struct rec **all;
@@ -261,10 +262,13 @@ static void do_ready(struct rec *r)
 static void do_decide(struct rec *r, bool accept)
 {
 	int want = !r->passive ? -EOPNOTSUPP
-		   : qsm_conn_state(r->q) == QSM_ACCEPT_REQUESTED &&
-			     has_edge(r, accept ? QSM_EV_ACCEPT : QSM_EV_REJECT) ? 0 : -EINVAL;
+		   : qsm_conn_state(r->q) != QSM_ACCEPT_REQUESTED ||
+			     !has_edge(r, accept ? QSM_EV_ACCEPT : QSM_EV_REJECT) ? -EINVAL
+		   : r->decided ? -EALREADY : 0; /* one decision per request */
 	int got = accept ? qsm_conn_accept(r->q, "ok", 2) : qsm_conn_reject(r->q, "no", 2);
 
+	if (got == 0)
+		r->decided = true;
 	if (got != want)
 		violate("%s in %s returned %d, want %d", accept ? "accept" : "reject",
 			qsm_conn_state_name(r->q), got, want);
