@@ -41,7 +41,7 @@
 #define MS 1000000ull
 #define DEFAULT_SEED 20261130ull
 #define DEFAULT_STEPS 50000u
-#define MAX_LIVE_ACTIVE 40      /* per ctx */
+#define MAX_LIVE_ACTIVE 80      /* per ctx: with their passive peers, > 100 queues at once */
 #define MAX_LISTENERS 6
 #define NCTX 2
 #define NDEV 2
@@ -151,7 +151,7 @@ struct rec {
 static struct rec **all;
 static unsigned nall, all_cap;
 static struct rec **live;
-static unsigned nlive, live_cap;
+static unsigned nlive, live_cap, peak_live;
 static unsigned n_active_made, n_passive_made, n_listeners_made;
 static bool quiet;              /* the end: default behaviour only */
 
@@ -194,6 +194,8 @@ static struct rec *rec_new(struct qsm_conn *q, int c, bool passive)
 		live = grow(live, &live_cap, sizeof(*live));
 	r->live_idx = nlive;
 	live[nlive++] = r;
+	if (nlive > peak_live)
+		peak_live = nlive;
 	*(struct rec **)qsm_conn_priv(q) = r;
 	if (passive)
 		n_passive_made++;
@@ -841,14 +843,15 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	}
 	world_end();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("model: QSM_MODEL_SEED=%llu steps=%u queues=%u (active %u, passive %u) listeners=%u "
-	       "faults=%u removals=%u adds=%u qp_fatal=%u virtual=%.0fs in %.2fs\n",
+	printf("model: QSM_MODEL_SEED=%llu steps=%u queues=%u (active %u, passive %u, at most %u at once) "
+	       "listeners=%u faults=%u removals=%u adds=%u qp_fatal=%u virtual=%.0fs in %.2fs\n",
 	       (unsigned long long)seed, nsteps, n_active_made + n_passive_made, n_active_made,
-	       n_passive_made, n_listeners_made, n_faults, n_removals, n_adds, n_fatals,
+	       n_passive_made, peak_live, n_listeners_made, n_faults, n_removals, n_adds, n_fatals,
 	       (double)(vnow - 1000 * MS) / 1e9,
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 	if (nsteps >= 10000)
-		CHECK(n_active_made + n_passive_made >= 100, "only %u queues", n_active_made + n_passive_made);
+		CHECK(n_active_made + n_passive_made >= 100 && peak_live >= 100,
+		      "only %u queues, %u at once", n_active_made + n_passive_made, peak_live);
 	for (unsigned i = 0; i < nall; i++)
 		free(all[i]);
 	free(all);
