@@ -1,6 +1,7 @@
 /* rdma-qsm: classes.  A slot a class leaves empty is looked up in its super class, ending
  * in qsm_base_class, whose handlers are the correct default for every edge. */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "runtime.h"
 
@@ -103,4 +104,46 @@ size_t qsm_class_priv_size(const struct qsm_class *c)
 		if (k->priv_size > n)
 			n = k->priv_size;
 	return n;
+}
+
+/* Resolved once per class and ctx (a ctx is one thread: no locking), freed with the ctx. */
+const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c)
+{
+	struct qsm_vtable *vt;
+
+	for (vt = ctx->vtables; vt; vt = vt->next)
+		if (vt->cls == c)
+			return vt;
+	vt = calloc(1, sizeof(*vt));
+	if (!vt)
+		return NULL;
+	vt->cls = c;
+	for (int p = 0; p < 2; p++) {
+		int n = p ? QSM_ACCEPT_STATE_COUNT : QSM_CM_STATE_COUNT;
+
+		for (int st = 0; st < n; st++) {
+			vt->state[p][st].enter = qsm_class_enter(c, p, st);
+			vt->state[p][st].exit = qsm_class_exit(c, p, st);
+			vt->state[p][st].on_event = qsm_class_on_event(c, p, st);
+		}
+	}
+	vt->unexpected = qsm_class_unexpected(c);
+	vt->device_removed = qsm_class_device_removed(c);
+	vt->qp_ready = qsm_class_qp_ready(c);
+	vt->completion = qsm_class_completion(c);
+	vt->release = qsm_class_release(c);
+	vt->priv_size = qsm_class_priv_size(c);
+	vt->next = ctx->vtables;
+	ctx->vtables = vt;
+	return vt;
+}
+
+void qsm_vtables_free(struct qsm_ctx *ctx)
+{
+	while (ctx->vtables) {
+		struct qsm_vtable *vt = ctx->vtables;
+
+		ctx->vtables = vt->next;
+		free(vt);
+	}
 }

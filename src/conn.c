@@ -124,7 +124,7 @@ static void arm_retry(struct qsm_conn *q)
 /* The QP is there and nothing is sent yet: the ULP posts its receives now. */
 static void qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
-	call(q, qsm_class_qp_ready(q->cls), ev);
+	call(q, q->vt->qp_ready, ev);
 }
 
 static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
@@ -220,7 +220,7 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		break;
 	case QSM_ACT_RELEASE_DEVICE:
 		ctx->counters.device_removals++;
-		call(q, qsm_class_device_removed(q->cls), ev);
+		call(q, q->vt->device_removed, ev);
 		release_id(q);
 		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
@@ -270,13 +270,13 @@ static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
 /* Last step of a queue: off every list; memory goes when no queued event points here. */
 static void conn_close(struct qsm_conn *q)
 {
-	void (*release)(struct qsm_conn *) = qsm_class_release(q->cls);
+	void (*release)(struct qsm_conn *) = q->vt->release;
 
 	if (release && !q->dead)
 		release(q);
 	q->dead = true;
 	q->obj.closed = true;
-	qsm_timer_cancel(q->ctx, &q->timer);
+	qsm_timer_remove(q->ctx, &q->timer);
 	release_id(q);
 	qsm_conn_release_mrs(q, true);
 	qsm_device_detach(q);
@@ -292,7 +292,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
 	};
 	struct qsm_edge edge;
-	int cs = qsm_sm_cs(q->sm, q->state);
+	int cs = q->cs;
 	bool moved;
 
 	ctx->counters.dispatched++;
@@ -301,14 +301,14 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		ctx->counters.unexpected++;
 		qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 			  NULL, status);
-		call(q, qsm_class_unexpected(q->cls), &info);
+		call(q, q->vt->unexpected, &info);
 		return;
 	}
 	info.to = edge.target;
 	moved = edge.target != q->state;
-	call(q, qsm_class_on_event(q->cls, q->passive, q->state), &info);
+	call(q, q->vt->state[q->passive][q->state].on_event, &info);
 	if (moved) {
-		call(q, qsm_class_exit(q->cls, q->passive, q->state), &info);
+		call(q, q->vt->state[q->passive][q->state].exit, &info);
 		/* the old state's timer is void; an action may arm a new one (arm_retry) */
 		q->timer.event = 0;
 	}
@@ -317,6 +317,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 		  state_name(q, edge.target), status);
 	q->state = (uint8_t)edge.target;
+	q->cs = cs;
 	ctx->counters.transitions++;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
@@ -331,7 +332,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
 		else if (!q->timer.event)
 			qsm_timer_cancel(ctx, &q->timer);
-		call(q, qsm_class_enter(q->cls, q->passive, q->state), &info);
+		call(q, q->vt->state[q->passive][q->state].enter, &info);
 	}
 }
 
@@ -384,10 +385,12 @@ static int addr_copy(union qsm_addr *dst, const struct sockaddr *sa)
 
 static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *cls, bool passive)
 {
-	struct qsm_conn *q = calloc(1, sizeof(*q) + qsm_class_priv_size(cls));
+	const struct qsm_vtable *vt = qsm_vtable_get(ctx, cls);
+	struct qsm_conn *q = vt ? calloc(1, sizeof(*q) + vt->priv_size) : NULL;
 
 	if (!q)
 		return NULL;
+	q->vt = vt;
 	q->obj.kind = QSM_OBJ_CONN;
 	q->obj.serial = ++ctx->next_serial;
 	q->ctx = ctx;
@@ -395,6 +398,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->passive = passive;
 	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
 	q->state = (uint8_t)q->sm->start_state;
+	q->cs = qsm_sm_cs(q->sm, q->state);
 	q->timer.heap_idx = UINT32_MAX;
 	q->timer.owner = &q->obj;
 	qsm_list_init(&q->dev_node);

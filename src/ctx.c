@@ -104,6 +104,7 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 	while (!qsm_list_empty(&ctx->devices))
 		qsm_device_free(qsm_container_of(ctx->devices.next, struct qsm_device, node));
 	ctx->ops->destroy(ctx->fabric);
+	qsm_vtables_free(ctx);
 	close(ctx->epfd);
 	close(ctx->timerfd);
 	close(ctx->kickfd);
@@ -239,7 +240,13 @@ void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
 	}
 }
 
-/* ---- timers: a binary min-heap on deadline ---- */
+/* ---- timers: a binary min-heap, lazy ----
+ *
+ * Nearly every timer is re-armed or cancelled long before it fires (a state timeout, then
+ * the next state's), so both are O(1) here: a re-arm to a later deadline only records it,
+ * a cancel only disarms.  The heap key (key_ns) may thus be earlier than the deadline, or
+ * belong to a disarmed timer; fire_timers() sorts that out when the key comes due.
+ */
 
 static void heap_swap(struct qsm_ctx *ctx, uint32_t a, uint32_t b)
 {
@@ -253,7 +260,7 @@ static void heap_swap(struct qsm_ctx *ctx, uint32_t a, uint32_t b)
 
 static void heap_up(struct qsm_ctx *ctx, uint32_t i)
 {
-	while (i && ctx->heap[(i - 1) / 2]->deadline_ns > ctx->heap[i]->deadline_ns) {
+	while (i && ctx->heap[(i - 1) / 2]->key_ns > ctx->heap[i]->key_ns) {
 		heap_swap(ctx, i, (i - 1) / 2);
 		i = (i - 1) / 2;
 	}
@@ -264,9 +271,9 @@ static void heap_down(struct qsm_ctx *ctx, uint32_t i)
 	for (;;) {
 		uint32_t l = 2 * i + 1, r = l + 1, m = i;
 
-		if (l < ctx->heap_len && ctx->heap[l]->deadline_ns < ctx->heap[m]->deadline_ns)
+		if (l < ctx->heap_len && ctx->heap[l]->key_ns < ctx->heap[m]->key_ns)
 			m = l;
-		if (r < ctx->heap_len && ctx->heap[r]->deadline_ns < ctx->heap[m]->deadline_ns)
+		if (r < ctx->heap_len && ctx->heap[r]->key_ns < ctx->heap[m]->key_ns)
 			m = r;
 		if (m == i)
 			return;
@@ -275,10 +282,12 @@ static void heap_down(struct qsm_ctx *ctx, uint32_t i)
 	}
 }
 
-void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
+/* Out of the heap for good: the owner is going away. */
+void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 {
 	uint32_t i = t->heap_idx;
 
+	t->armed = false;
 	if (i == UINT32_MAX)
 		return;
 	t->heap_idx = UINT32_MAX;
@@ -291,14 +300,25 @@ void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
 	heap_down(ctx, ctx->heap[i]->heap_idx);
 }
 
-/* One timer per object: arming replaces whatever was armed (in place: one sift). */
+void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
+{
+	(void)ctx;
+	t->armed = false; /* left in the heap: fire_timers() drops it when its key is due */
+}
+
+/* One timer per object: arming replaces whatever was armed. */
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
 {
+	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
+
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
 	if (t->heap_idx != UINT32_MAX) {
-		t->event = event;
-		t->deadline_ns = qsm_now(ctx) + delay_ms * 1000000ull;
-		heap_up(ctx, t->heap_idx);
-		heap_down(ctx, t->heap_idx);
+		if (deadline < t->key_ns) {
+			t->key_ns = deadline;
+			heap_up(ctx, t->heap_idx);
+		}
 		return;
 	}
 	if (ctx->heap_len == ctx->heap_cap) {
@@ -307,6 +327,7 @@ void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t
 
 		if (!n) {
 			/* Cannot wait: fire now rather than never. */
+			t->armed = false;
 			if (qsm_post(ctx, t->owner, event, -ENOMEM) == 0)
 				ctx->counters.action_errors++;
 			return;
@@ -314,22 +335,35 @@ void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t
 		ctx->heap = n;
 		ctx->heap_cap = cap;
 	}
-	t->event = event;
-	t->deadline_ns = qsm_now(ctx) + delay_ms * 1000000ull;
+	t->key_ns = deadline;
 	t->heap_idx = ctx->heap_len;
 	ctx->heap[ctx->heap_len++] = t;
 	heap_up(ctx, t->heap_idx);
 }
 
+/*
+ * Fire what is due.  A due key may be a disarmed timer (dropped now) or one re-armed to a
+ * later deadline (moved to its place now): each re-arm costs at most one sift, paid only if
+ * its old key comes due first.  A key that is not due is a lower bound of the next deadline,
+ * which is all the poll timeout needs (at worst one early wake-up).
+ */
 static void fire_timers(struct qsm_ctx *ctx)
 {
 	uint64_t now = qsm_now(ctx);
 
-	while (ctx->heap_len && ctx->heap[0]->deadline_ns <= now) {
+	while (ctx->heap_len && ctx->heap[0]->key_ns <= now) {
 		struct qsm_timer *t = ctx->heap[0];
 
-		qsm_timer_cancel(ctx, t);
-		qsm_post(ctx, t->owner, t->event, 0);
+		if (t->armed && t->key_ns < t->deadline_ns) {
+			t->key_ns = t->deadline_ns;
+			heap_down(ctx, 0);
+			continue;
+		}
+		bool due = t->armed && t->event;
+
+		qsm_timer_remove(ctx, t);
+		if (due)
+			qsm_post(ctx, t->owner, t->event, 0);
 	}
 }
 
@@ -342,7 +376,7 @@ static void rearm_timerfd(struct qsm_ctx *ctx)
 		/* EAGAIN: it had not fired; nothing to consume */
 	}
 	if (ctx->heap_len) {
-		uint64_t now = qsm_now(ctx), d = ctx->heap[0]->deadline_ns;
+		uint64_t now = qsm_now(ctx), d = ctx->heap[0]->key_ns;
 		uint64_t wait = d > now ? d - now : 1;
 
 		/* The virtual clock of tests does not drive the timerfd: wake up and look. */
@@ -365,7 +399,7 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)
 	if (!ctx->heap_len)
 		return -1;
 	now = qsm_now(ctx);
-	d = ctx->heap[0]->deadline_ns;
+	d = ctx->heap[0]->key_ns;
 	return d <= now ? 0 : (int)((d - now + 999999) / 1000000);
 }
 

@@ -151,7 +151,7 @@ int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
  * queue is destroyed).  An error completion is followed by the fabric's WC_ERROR event. */
 void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it)
 {
-	int (*fn)(struct qsm_conn *, const struct qsm_wc *) = qsm_class_completion(q->cls);
+	int (*fn)(struct qsm_conn *, const struct qsm_wc *) = q->vt->completion;
 
 	q->ctx->counters.completions++;
 	if (!fn || q->dead)

@@ -47,7 +47,7 @@ static void arm_relisten(struct qsm_listener *l)
 static void listener_close(struct qsm_listener *l)
 {
 	l->obj.closed = true;
-	qsm_timer_cancel(l->ctx, &l->timer);
+	qsm_timer_remove(l->ctx, &l->timer);
 	release_listen_id(l);
 	qsm_list_del(&l->node);
 }

@@ -44,8 +44,10 @@ struct qsm_obj {
 };
 
 struct qsm_timer {
-	uint64_t deadline_ns;
-	uint32_t heap_idx;          /* UINT32_MAX: not armed */
+	uint64_t deadline_ns;       /* when it fires, if armed */
+	uint64_t key_ns;            /* its place in the heap: <= deadline_ns (lazy re-arm) */
+	uint32_t heap_idx;          /* UINT32_MAX: not in the heap */
+	bool armed;
 	int event;                  /* QSM_EV_RETRY or QSM_EV_TIMEOUT */
 	struct qsm_obj *owner;
 };
@@ -68,10 +70,23 @@ struct qsm_device {
 
 #define QSM_CONN_PDATA_MAX 196
 
+/* A class with every slot looked up through its supers once: the hot path reads this. */
+struct qsm_vtable {
+	const struct qsm_class *cls;
+	struct qsm_state_handlers state[2][QSM_CM_STATE_COUNT]; /* [passive][state] */
+	qsm_handler_fn unexpected, device_removed, qp_ready;
+	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
+	void (*release)(struct qsm_conn *q);
+	size_t priv_size;
+	struct qsm_vtable *next;
+};
+
 struct qsm_conn {
 	struct qsm_obj obj;
 	struct qsm_ctx *ctx;
 	const struct qsm_class *cls;
+	const struct qsm_vtable *vt;
+	int cs;                     /* Ragel's number for `state` */
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
 	uint8_t state;
 	uint8_t qp_state;
@@ -161,6 +176,7 @@ struct qsm_ctx {
 	uint32_t heap_len, heap_cap;
 
 	struct qsm_list conns, listeners, devices;
+	struct qsm_vtable *vtables;       /* one per class in use */
 	struct qsm_counters counters;
 
 	qsm_trace_fn trace;
@@ -176,6 +192,7 @@ void qsm_forget_id(struct qsm_ctx *ctx, struct qsm_fid *id);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
 void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
+void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
 uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
@@ -221,5 +238,7 @@ qsm_handler_fn qsm_class_qp_ready(const struct qsm_class *c);
 int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc);
 void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q);
 size_t qsm_class_priv_size(const struct qsm_class *c);
+const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c);
+void qsm_vtables_free(struct qsm_ctx *ctx);
 
 #endif
