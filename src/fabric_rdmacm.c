@@ -23,6 +23,7 @@
 #include <qsm/rdmacm.h>
 
 #include "fabric.h"
+#include "list.h"
 
 #define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */
 #define CQ_INITIAL 1024           /* entries of a device's shared CQ; resized as QPs come */
@@ -33,41 +34,7 @@
 #define TAG_SERIAL_MASK 0x3fffffffull
 #define RD_ATOM_MAX 16            /* RDMA READs in flight we offer / ask for, at most */
 
-#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
-/* ---- intrusive lists ---- */
-
-struct link {
-	struct link *prev, *next;
-};
-
-static void list_init(struct link *h)
-{
-	h->prev = h->next = h;
-}
-
-static bool list_empty(const struct link *h)
-{
-	return h->next == h;
-}
-
-static void list_add_tail(struct link *h, struct link *n)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static void list_del(struct link *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->prev = n->next = n;
-}
-
-#define list_each(pos, tmp, head) \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
 /*
  * ---- verbs contexts: process-wide, because librdmacm's are ----
@@ -84,16 +51,16 @@ static void list_del(struct link *n)
  */
 
 struct vctx {
-	struct link node;                /* in vctxs */
+	struct qsm_list node;                /* in vctxs */
 	struct ibv_context *verbs;
 	struct rdma_cm_id *pin;          /* NULL: could not pin; then librdmacm closes it (or not) */
 	unsigned users;                  /* ids with this context + fabric devices holding a PD/CQ */
 	bool removed;
-	struct link fdevs;               /* qsm_fdev.vnode: devices of every fabric with a PD/CQ here */
+	struct qsm_list fdevs;               /* qsm_fdev.vnode: devices of every fabric with a PD/CQ here */
 };
 
 static pthread_mutex_t vctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct link vctxs = { &vctxs, &vctxs };
+static struct qsm_list vctxs = { &vctxs, &vctxs };
 static struct rdma_event_channel *pin_channel;   /* pins only ever get DEVICE_REMOVAL */
 
 /* ---- objects ---- */
@@ -102,7 +69,7 @@ struct rc_fabric;
 
 /* One pending synthesised event (completions, async events, new devices). */
 struct pending {
-	struct link node;
+	struct qsm_list node;
 	int event;
 	int status;
 	struct qsm_fid *id;
@@ -112,7 +79,7 @@ struct pending {
 };
 
 struct qsm_fdev {
-	struct link node;                /* in rc_fabric.devs */
+	struct qsm_list node;                /* in rc_fabric.devs */
 	struct rc_fabric *fab;
 	int index;                       /* kernel device index: unique across remove + add */
 	uint64_t guid;
@@ -122,13 +89,13 @@ struct qsm_fdev {
 	unsigned gets, nqps, nids, nmrs;
 	/* shared resources, while gets + nqps + nmrs > 0 and a QP or MR was created once */
 	struct vctx *vc;
-	struct link vnode;               /* in vc->fdevs while the resources exist */
+	struct qsm_list vnode;               /* in vc->fdevs while the resources exist */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;
 	struct ibv_cq *cq;
 	int cq_cap, cq_need, max_cqe;
 	uint8_t max_rd_atom, max_init_rd_atom;   /* device limits, for rdma_conn_param */
-	struct link qps[QP_BUCKETS];
+	struct qsm_list qps[QP_BUCKETS];
 	uint64_t async_other;
 };
 
@@ -145,7 +112,7 @@ struct qsm_fmr {
  * a WR whose flush the backend already synthesised is recognised and dropped.
  */
 struct wr_rec {
-	struct link node;                /* in qsm_fid.wq[] */
+	struct qsm_list node;                /* in qsm_fid.wq[] */
 	uint64_t wr_id;                  /* the ULP's */
 	uint32_t seq;
 	uint8_t opcode;                  /* enum qsm_wr_opcode */
@@ -156,20 +123,20 @@ struct wr_rec {
 enum { WQ_SEND = 0, WQ_RECV = 1 };
 
 struct qsm_fid {
-	struct link node;                /* in rc_fabric.ids */
+	struct qsm_list node;                /* in rc_fabric.ids */
 	struct rc_fabric *fab;
 	struct rdma_cm_id *cm;
 	void *owner;
 	struct qsm_fdev *dev;            /* counted in dev->nids */
 	struct vctx *vc;                 /* counted in vc->users */
 	/* the QP */
-	struct link qp_node;             /* in dev->qps[] */
+	struct qsm_list qp_node;             /* in dev->qps[] */
 	bool has_qp, draining, wc_error_sent, fatal_sent;
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	uint64_t qp_serial;
 	uint32_t qp_num;
 	int qp_wrs;                      /* CQ entries it may use */
-	struct link wq[2];               /* outstanding WRs (wr_rec), WQ_SEND and WQ_RECV */
+	struct qsm_list wq[2];               /* outstanding WRs (wr_rec), WQ_SEND and WQ_RECV */
 	unsigned wq_hw[2], wq_cap[2];    /* WRs on the QP per work queue, and the ULP's limit */
 	uint32_t next_seq;
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
@@ -180,9 +147,9 @@ struct rc_fabric {
 	struct qsm_fabric base;
 	struct rdma_event_channel *ch;
 	int epfd, tfd, kfd;
-	struct link ids, devs;
+	struct qsm_list ids, devs;
 	pthread_mutex_t lock;            /* pending + kick: async events come from other fabrics too */
-	struct link pending;
+	struct qsm_list pending;
 	bool kicked;
 	bool polled_once;
 	uint64_t next_qp_serial;
@@ -195,7 +162,7 @@ static const struct qsm_fabric_ops rc_ops;
 
 static struct rc_fabric *to_fab(struct qsm_fabric *f)
 {
-	return container_of(f, struct rc_fabric, base);
+	return qsm_container_of(f, struct rc_fabric, base);
 }
 
 /* ---- pending events ---- */
@@ -215,7 +182,7 @@ static void pending_push_wc(struct rc_fabric *f, int event, int status, struct q
 	p->dev = dev;
 	p->device_wide = device_wide;
 	pthread_mutex_lock(&f->lock);
-	list_add_tail(&f->pending, &p->node);
+	qsm_list_add_tail(&f->pending, &p->node);
 	if (!f->kicked) {
 		f->kicked = true;
 		(void)eventfd_write(f->kfd, 1);
@@ -234,11 +201,11 @@ static struct pending *pending_pop(struct rc_fabric *f)
 	struct pending *p = NULL;
 
 	pthread_mutex_lock(&f->lock);
-	if (!list_empty(&f->pending)) {
-		p = container_of(f->pending.next, struct pending, node);
-		list_del(&p->node);
+	if (!qsm_list_empty(&f->pending)) {
+		p = qsm_container_of(f->pending.next, struct pending, node);
+		qsm_list_del(&p->node);
 	}
-	if (list_empty(&f->pending) && f->kicked) {
+	if (qsm_list_empty(&f->pending) && f->kicked) {
 		eventfd_t v;
 
 		f->kicked = false;
@@ -251,14 +218,14 @@ static struct pending *pending_pop(struct rc_fabric *f)
 /* Drop what is pending for an id (only QP events are ever pending), or for a device. */
 static void pending_drop(struct rc_fabric *f, struct qsm_fid *id, struct qsm_fdev *dev)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	pthread_mutex_lock(&f->lock);
-	list_each(pos, tmp, &f->pending) {
-		struct pending *p = container_of(pos, struct pending, node);
+	qsm_list_each(pos, tmp, &f->pending) {
+		struct pending *p = qsm_container_of(pos, struct pending, node);
 
 		if ((id && p->id == id) || (dev && p->dev == dev && !p->id)) {
-			list_del(&p->node);
+			qsm_list_del(&p->node);
 			free(p);
 		}
 	}
@@ -269,10 +236,10 @@ static void pending_drop(struct rc_fabric *f, struct qsm_fid *id, struct qsm_fde
 
 static struct vctx *vctx_find(struct ibv_context *verbs)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &vctxs) {
-		struct vctx *v = container_of(pos, struct vctx, node);
+	qsm_list_each(pos, tmp, &vctxs) {
+		struct vctx *v = qsm_container_of(pos, struct vctx, node);
 
 		if (v->verbs == verbs)
 			return v;
@@ -314,7 +281,7 @@ static void vctx_settle(struct vctx *v)
 {
 	if (!v->removed || v->users)
 		return;
-	list_del(&v->node);
+	qsm_list_del(&v->node);
 	/* Pinned: librdmacm will never touch the context again (its entry stays referenced and
 	 * is marked dead at its next device-list sync), so closing it here is ours to do. */
 	if (v->pin)
@@ -335,9 +302,9 @@ static struct vctx *vctx_get(struct ibv_context *verbs, struct rdma_cm_id *via)
 			return NULL;
 		}
 		v->verbs = verbs;
-		list_init(&v->fdevs);
+		qsm_list_init(&v->fdevs);
 		v->pin = pin_context(verbs, via);
-		list_add_tail(&vctxs, &v->node);
+		qsm_list_add_tail(&vctxs, &v->node);
 	}
 	v->users++;
 	pthread_mutex_unlock(&vctx_lock);
@@ -362,15 +329,15 @@ static void take_pin_events(void)
 	while (pin_channel && rdma_get_cm_event(pin_channel, &ce) == 0) {
 		struct rdma_cm_id *pin = ce->id;
 		bool removal = ce->event == RDMA_CM_EVENT_DEVICE_REMOVAL;
-		struct link *pos, *tmp;
+		struct qsm_list *pos, *tmp;
 
 		rdma_ack_cm_event(ce);
 		if (!removal)
 			continue;
 		pthread_mutex_lock(&vctx_lock);
 		/* by the pin, never by the context pointer: a closed context's may be reused */
-		list_each(pos, tmp, &vctxs) {
-			struct vctx *v = container_of(pos, struct vctx, node);
+		qsm_list_each(pos, tmp, &vctxs) {
+			struct vctx *v = qsm_container_of(pos, struct vctx, node);
 
 			if (v->pin == pin) {
 				v->removed = true;
@@ -414,11 +381,11 @@ static bool dev_match(const struct qsm_fdev *d, int index, uint64_t guid, const 
 static struct qsm_fdev *dev_find(struct rc_fabric *f, int index, uint64_t guid, const char *name,
 				 bool any)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 	struct qsm_fdev *gone = NULL;
 
-	list_each(pos, tmp, &f->devs) {
-		struct qsm_fdev *d = container_of(pos, struct qsm_fdev, node);
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 
 		if (!dev_match(d, index, guid, name))
 			continue;
@@ -441,10 +408,10 @@ static struct qsm_fdev *dev_new(struct rc_fabric *f, struct ibv_device *ibdev)
 	d->guid = ibv_get_device_guid(ibdev);
 	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ibdev));
 	d->present = true;
-	list_init(&d->vnode);
+	qsm_list_init(&d->vnode);
 	for (int i = 0; i < QP_BUCKETS; i++)
-		list_init(&d->qps[i]);
-	list_add_tail(&f->devs, &d->node);
+		qsm_list_init(&d->qps[i]);
+	qsm_list_add_tail(&f->devs, &d->node);
 	return d;
 }
 
@@ -494,7 +461,7 @@ static void dev_release_resources(struct qsm_fdev *d)
 	if (!d->pd)
 		return;
 	pthread_mutex_lock(&vctx_lock);
-	list_del(&d->vnode);
+	qsm_list_del(&d->vnode);
 	pthread_mutex_unlock(&vctx_lock);
 	epoll_del(f, d->cc->fd);
 	epoll_del(f, d->verbs->async_fd);
@@ -518,7 +485,7 @@ static void dev_settle(struct qsm_fdev *d)
 	if (d->present || d->gets || d->nqps || d->nmrs || d->nids)
 		return;
 	pending_drop(d->fab, NULL, d);
-	list_del(&d->node);
+	qsm_list_del(&d->node);
 	free(d);
 }
 
@@ -577,7 +544,7 @@ static int dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
 		goto fail;
 	}
 	pthread_mutex_lock(&vctx_lock);
-	list_add_tail(&d->vc->fdevs, &d->vnode);
+	qsm_list_add_tail(&d->vc->fdevs, &d->vnode);
 	pthread_mutex_unlock(&vctx_lock);
 	return 0;
 fail:
@@ -606,11 +573,11 @@ static struct qsm_fid *fid_new(struct rc_fabric *f, struct rdma_cm_id *cm, void 
 	id->fab = f;
 	id->cm = cm;
 	id->owner = owner;
-	list_init(&id->qp_node);
-	list_init(&id->wq[WQ_SEND]);
-	list_init(&id->wq[WQ_RECV]);
+	qsm_list_init(&id->qp_node);
+	qsm_list_init(&id->wq[WQ_SEND]);
+	qsm_list_init(&id->wq[WQ_RECV]);
 	cm->context = id;
-	list_add_tail(&f->ids, &id->node);
+	qsm_list_add_tail(&f->ids, &id->node);
 	return id;
 }
 
@@ -627,15 +594,15 @@ static void fid_attach(struct qsm_fid *id)
 
 static void qp_unhash(struct qsm_fid *id)
 {
-	list_del(&id->qp_node);
+	qsm_list_del(&id->qp_node);
 }
 
 static struct qsm_fid *qp_lookup(struct qsm_fdev *d, uint32_t qp_num)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &d->qps[qp_num % QP_BUCKETS]) {
-		struct qsm_fid *id = container_of(pos, struct qsm_fid, qp_node);
+	qsm_list_each(pos, tmp, &d->qps[qp_num % QP_BUCKETS]) {
+		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, qp_node);
 
 		if (id->qp_num == qp_num)
 			return id;
@@ -650,7 +617,7 @@ static void rc_destroy_qp(struct qsm_fid *id);
 static void rc_destroy(struct qsm_fabric *base)
 {
 	struct rc_fabric *f = to_fab(base);
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 	struct pending *p;
 
 	if (!base)
@@ -662,13 +629,13 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
 			(unsigned long long)f->wc_synth);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
-	list_each(pos, tmp, &f->ids) {
-		struct qsm_fid *id = container_of(pos, struct qsm_fid, node);
+	qsm_list_each(pos, tmp, &f->ids) {
+		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
 
 		rc_ops.destroy_id(id);
 	}
-	list_each(pos, tmp, &f->devs) {
-		struct qsm_fdev *d = container_of(pos, struct qsm_fdev, node);
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 
 		d->gets = 0;
 		d->present = false;
@@ -781,7 +748,7 @@ static void wc_push(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode opcod
 
 static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
 {
-	list_del(&r->node);
+	qsm_list_del(&r->node);
 	if (r->hw)
 		id->wq_hw[wq]--;
 	free(r);
@@ -799,8 +766,8 @@ static void rec_flush(struct qsm_fid *id, int wq, struct wr_rec *r)
 static void wq_flush_heads(struct qsm_fid *id)
 {
 	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!list_empty(&id->wq[wq])) {
-			struct wr_rec *r = container_of(id->wq[wq].next, struct wr_rec, node);
+		while (!qsm_list_empty(&id->wq[wq])) {
+			struct wr_rec *r = qsm_container_of(id->wq[wq].next, struct wr_rec, node);
 
 			if (r->hw)
 				break;
@@ -813,16 +780,16 @@ static void wq_flush_heads(struct qsm_fid *id)
 static void wq_flush_all(struct qsm_fid *id)
 {
 	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!list_empty(&id->wq[wq]))
-			rec_flush(id, wq, container_of(id->wq[wq].next, struct wr_rec, node));
+		while (!qsm_list_empty(&id->wq[wq]))
+			rec_flush(id, wq, qsm_container_of(id->wq[wq].next, struct wr_rec, node));
 }
 
 /* The QP is gone with its WRs: no completion for them (the contract). */
 static void wq_discard(struct qsm_fid *id)
 {
 	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!list_empty(&id->wq[wq]))
-			rec_free(id, wq, container_of(id->wq[wq].next, struct wr_rec, node));
+		while (!qsm_list_empty(&id->wq[wq]))
+			rec_free(id, wq, qsm_container_of(id->wq[wq].next, struct wr_rec, node));
 }
 
 static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
@@ -830,7 +797,7 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 	struct qsm_fid *id = qp_lookup(d, wc->qp_num);
 	enum qsm_wc_status st;
 	struct wr_rec *r = NULL;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 	uint32_t seq;
 	int wq;
 
@@ -850,8 +817,8 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 	}
 	wq = wc->wr_id & TAG_RECV ? WQ_RECV : WQ_SEND;
 	seq = (uint32_t)wc->wr_id;
-	list_each(pos, tmp, &id->wq[wq]) {
-		struct wr_rec *c = container_of(pos, struct wr_rec, node);
+	qsm_list_each(pos, tmp, &id->wq[wq]) {
+		struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
 
 		if (c->seq == seq) {
 			r = c;
@@ -864,8 +831,8 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 	}
 	/* Unsignaled sends before it completed silently (a send queue completes in order). */
 	if (wq == WQ_SEND)
-		list_each(pos, tmp, &id->wq[wq]) {
-			struct wr_rec *c = container_of(pos, struct wr_rec, node);
+		qsm_list_each(pos, tmp, &id->wq[wq]) {
+			struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
 
 			if (c == r)
 				break;
@@ -895,10 +862,10 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 
 static void harvest_completions(struct rc_fabric *f)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &f->devs) {
-		struct qsm_fdev *d = container_of(pos, struct qsm_fdev, node);
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 		struct ibv_cq *cq;
 		void *cq_ctx;
 		struct ibv_wc wc[16];
@@ -932,13 +899,13 @@ static void route_qp_fatal(struct ibv_qp *qp)
 static void route_device_fatal(struct ibv_context *verbs)
 {
 	struct vctx *v;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	pthread_mutex_lock(&vctx_lock);
 	v = vctx_find(verbs);
 	if (v) {
-		list_each(pos, tmp, &v->fdevs) {
-			struct qsm_fdev *d = container_of(pos, struct qsm_fdev, vnode);
+		qsm_list_each(pos, tmp, &v->fdevs) {
+			struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, vnode);
 
 			pending_push(d->fab, QSM_EV_QP_FATAL, -EIO, NULL, d, true);
 		}
@@ -948,10 +915,10 @@ static void route_device_fatal(struct ibv_context *verbs)
 
 static void harvest_async(struct rc_fabric *f)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &f->devs) {
-		struct qsm_fdev *d = container_of(pos, struct qsm_fdev, node);
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 		struct ibv_async_event ae;
 
 		if (!d->pd)
@@ -982,7 +949,7 @@ static void poll_devices(struct rc_fabric *f)
 {
 	uint64_t ticks;
 	struct ibv_device **list;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 	int n;
 
 	if (f->polled_once && read(f->tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
@@ -994,8 +961,8 @@ static void poll_devices(struct rc_fabric *f)
 		bool seen[n > 0 ? n : 1];
 
 		memset(seen, 0, sizeof(seen));
-		list_each(pos, tmp, &f->devs) {
-			struct qsm_fdev *d = container_of(pos, struct qsm_fdev, node);
+		qsm_list_each(pos, tmp, &f->devs) {
+			struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 			bool found = false;
 
 			if (!d->present)
@@ -1047,11 +1014,11 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 		if (p->device_wide) {
 			/* expanded here, in the fabric's own thread, where its QP list is safe */
 			for (int b = 0; b < QP_BUCKETS; b++) {
-				struct link *pos, *tmp;
+				struct qsm_list *pos, *tmp;
 
-				list_each(pos, tmp, &p->dev->qps[b])
+				qsm_list_each(pos, tmp, &p->dev->qps[b])
 					pending_push(f, p->event, p->status,
-						     container_of(pos, struct qsm_fid, qp_node), NULL, false);
+						     qsm_container_of(pos, struct qsm_fid, qp_node), NULL, false);
 			}
 			free(p);
 			continue;
@@ -1114,7 +1081,7 @@ static void rc_destroy_id(struct qsm_fid *id)
 	pending_drop(id->fab, id, NULL);
 	/* Acked events only, so this cannot wait on anything of ours. */
 	rdma_destroy_id(id->cm);
-	list_del(&id->node);
+	qsm_list_del(&id->node);
 	d = id->dev;
 	vctx_put(id->vc);
 	free(id);
@@ -1264,7 +1231,7 @@ static int rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	id->qp_wrs = wrs;
 	d->cq_need += wrs;
 	d->nqps++;
-	list_add_tail(&d->qps[id->qp_num % QP_BUCKETS], &id->qp_node);
+	qsm_list_add_tail(&d->qps[id->qp_num % QP_BUCKETS], &id->qp_node);
 	return 0;
 fail:
 	dev_settle(d);
@@ -1559,7 +1526,7 @@ static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_
 {
 	struct wr_rec *r;
 
-	if (list_empty(&id->wq[wq])) {
+	if (qsm_list_empty(&id->wq[wq])) {
 		id->fab->wc_synth++;
 		wc_push(id, wr_id, op, QSM_WC_WR_FLUSH_ERR, 0);
 		return 0;
@@ -1567,7 +1534,7 @@ static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_
 	r = rec_new(id, wr_id, op, true);
 	if (!r)
 		return -ENOMEM;
-	list_add_tail(&id->wq[wq], &r->node);
+	qsm_list_add_tail(&id->wq[wq], &r->node);
 	return 0;
 }
 
@@ -1620,7 +1587,7 @@ static int rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	r->hw = true;
 	id->fab->posts++;
 	id->wq_hw[WQ_SEND]++;
-	list_add_tail(&id->wq[WQ_SEND], &r->node);
+	qsm_list_add_tail(&id->wq[WQ_SEND], &r->node);
 	return 0;
 }
 
@@ -1656,7 +1623,7 @@ static int rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fab
 	r->hw = true;
 	id->fab->posts++;
 	id->wq_hw[WQ_RECV]++;
-	list_add_tail(&id->wq[WQ_RECV], &r->node);
+	qsm_list_add_tail(&id->wq[WQ_RECV], &r->node);
 	return 0;
 }
 
@@ -1704,9 +1671,9 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 		return -ENOMEM;
 	f->base.ops = &rc_ops;
 	f->epfd = f->tfd = f->kfd = -1;
-	list_init(&f->ids);
-	list_init(&f->devs);
-	list_init(&f->pending);
+	qsm_list_init(&f->ids);
+	qsm_list_init(&f->devs);
+	qsm_list_init(&f->pending);
 	pthread_mutex_init(&f->lock, NULL);
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {

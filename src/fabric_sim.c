@@ -16,64 +16,31 @@
 #include <qsm/sim.h>
 
 #include "fabric.h"
+#include "list.h"
 
 #define DEV_NAME_MAX 64          /* IB_DEVICE_NAME_MAX, terminator included */
 #define PORT_FIRST 32768         /* the default ip_local_port_range */
 #define PORT_LAST 60999
 #define MSG_MAX (1ull << 31)     /* max_msg_sz of every RC HCA */
 
-#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
-
-/* ---- intrusive lists: every object sits in exactly one ordered list, which is the order
- * the sim walks it in, so that what it does is deterministic ---- */
-
-struct link {
-	struct link *prev, *next;
-};
-
-static void list_init(struct link *h)
-{
-	h->prev = h->next = h;
-}
-
-static bool list_empty(const struct link *h)
-{
-	return h->next == h;
-}
-
-static void list_add_tail(struct link *h, struct link *n)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static void list_del(struct link *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->prev = n->next = n;
-}
-
-#define list_each(pos, tmp, head) \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+/* Every object sits in exactly one ordered list (list.h), which is the order the sim walks it
+ * in, so that what it does is deterministic. */
 
 /* ---- objects ---- */
 
 struct sim_device {
-	struct link node;                    /* in qsm_sim.devices, order of first add */
+	struct qsm_list node;                    /* in qsm_sim.devices, order of first add */
 	struct qsm_sim *sim;
 	char name[DEV_NAME_MAX];
 	struct sockaddr_storage addr;        /* port 0 */
 	enum qsm_sim_device_state state;
 	unsigned nids, nqps, refs, nmrs;     /* what keeps a removed device REMOVING */
-	struct link mrs;                     /* its MRs, registration order */
+	struct qsm_list mrs;                     /* its MRs, registration order */
 };
 
 /* A memory region: what the keys of a WR are checked against when the WR executes. */
 struct sim_mr {
-	struct link node;                    /* in sim_device.mrs */
+	struct qsm_list node;                    /* in sim_device.mrs */
 	struct sim_device *dev;
 	uint64_t addr;
 	size_t len;
@@ -83,7 +50,7 @@ struct sim_mr {
 
 /* A posted receive, waiting on its QP for a SEND; its SGEs are checked when one lands. */
 struct sim_recv {
-	struct link node;                    /* in sim_id.recvs, post order */
+	struct qsm_list node;                    /* in sim_id.recvs, post order */
 	uint64_t wr_id;
 	int num_sge;
 	struct qsm_fabric_sge sge[QSM_FABRIC_MAX_SGE];
@@ -106,7 +73,7 @@ enum id_state {
 struct sim_fabric;
 
 struct sim_id {
-	struct link node;                    /* in sim_fabric.ids, creation order */
+	struct qsm_list node;                    /* in sim_fabric.ids, creation order */
 	struct sim_fabric *fab;
 	void *owner;
 	enum id_state state;
@@ -118,14 +85,14 @@ struct sim_id {
 	bool has_qp;
 	enum qsm_qp_state qp_state;
 	/* The QP's data path.  Sends execute when posted, so only receives wait. */
-	struct link recvs;
+	struct qsm_list recvs;
 	unsigned nrecvs;
 	struct qsm_fabric_qp_attr cap;       /* as asked for; 0 SGEs means 1, as rdmacm does */
 	bool wc_error_sent;                  /* WC_ERROR is once per QP */
 };
 
 struct sim_event {
-	struct link node;                    /* in its fabric's queue, or in qsm_sim.held */
+	struct qsm_list node;                    /* in its fabric's queue, or in qsm_sim.held */
 	struct sim_fabric *fab;
 	bool held;
 	struct sim_id *id;
@@ -140,17 +107,17 @@ struct sim_event {
 
 struct sim_fabric {
 	struct qsm_fabric base;
-	struct link node;                    /* in qsm_sim.fabrics */
+	struct qsm_list node;                    /* in qsm_sim.fabrics */
 	struct qsm_sim *sim;
 	int efd;                             /* readable while queue is not empty */
-	struct link ids;
-	struct link queue;
+	struct qsm_list ids;
+	struct qsm_list queue;
 };
 
 struct qsm_sim {
-	struct link devices;
-	struct link fabrics;
-	struct link held;                    /* events held by QSM_SIM_FAULT_HOLD, in post order */
+	struct qsm_list devices;
+	struct qsm_list fabrics;
+	struct qsm_list held;                    /* events held by QSM_SIM_FAULT_HOLD, in post order */
 	unsigned nfabrics;
 	bool free_pending;                   /* qsm_sim_free() came while fabrics were alive */
 	unsigned faults[QSM_SIM_FAULT_COUNT];
@@ -184,7 +151,7 @@ static struct qsm_fdev *fdev_of(struct sim_device *d)
 
 static struct sim_fabric *to_fabric(struct qsm_fabric *f)
 {
-	return container_of(f, struct sim_fabric, base);
+	return qsm_container_of(f, struct sim_fabric, base);
 }
 
 /* Posting an event has no failure path: a call that posts has already taken effect. */
@@ -305,10 +272,10 @@ static int addr_parse(const char *text, struct sockaddr_storage *ss)
 
 static struct sim_device *device_by_name(struct qsm_sim *sim, const char *name)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &sim->devices) {
-		struct sim_device *d = container_of(pos, struct sim_device, node);
+	qsm_list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = qsm_container_of(pos, struct sim_device, node);
 
 		if (!strcmp(d->name, name))
 			return d;
@@ -319,10 +286,10 @@ static struct sim_device *device_by_name(struct qsm_sim *sim, const char *name)
 /* Only an UP device serves its address: a removed one no longer answers for it. */
 static struct sim_device *device_serving(struct qsm_sim *sim, const struct sockaddr_storage *ip)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &sim->devices) {
-		struct sim_device *d = container_of(pos, struct sim_device, node);
+	qsm_list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = qsm_container_of(pos, struct sim_device, node);
 
 		if (d->state == QSM_SIM_DEVICE_UP && addr_same_ip(&d->addr, ip))
 			return d;
@@ -358,10 +325,10 @@ static void fabric_quiet(struct sim_fabric *f)
 
 static void fabric_push(struct sim_fabric *f, struct sim_event *e)
 {
-	bool was_empty = list_empty(&f->queue);
+	bool was_empty = qsm_list_empty(&f->queue);
 
 	e->held = false;
-	list_add_tail(&f->queue, &e->node);
+	qsm_list_add_tail(&f->queue, &e->node);
 	if (was_empty)
 		fabric_signal(f);
 }
@@ -371,7 +338,7 @@ static void enqueue(struct qsm_sim *sim, struct sim_event *e)
 	sim->st.events_pending++;
 	if (fault_take(sim, QSM_SIM_FAULT_HOLD)) {
 		e->held = true;
-		list_add_tail(&sim->held, &e->node);
+		qsm_list_add_tail(&sim->held, &e->node);
 	} else {
 		fabric_push(e->fab, e);
 	}
@@ -380,9 +347,9 @@ static void enqueue(struct qsm_sim *sim, struct sim_event *e)
 /* Out of its queue; the eventfd follows the queue, so it goes quiet with the last event. */
 static void event_remove(struct sim_event *e)
 {
-	list_del(&e->node);
+	qsm_list_del(&e->node);
 	e->fab->sim->st.events_pending--;
-	if (!e->held && list_empty(&e->fab->queue))
+	if (!e->held && qsm_list_empty(&e->fab->queue))
 		fabric_quiet(e->fab);
 }
 
@@ -456,12 +423,12 @@ static void post_simple(struct sim_id *id, int event, int status)
 /* Drop the pending events of `id`, queued or held: all of them (event 0), or one kind. */
 static void drop_events(struct sim_id *id, int event)
 {
-	struct link *heads[2] = { &id->fab->queue, &id->fab->sim->held };
-	struct link *pos, *tmp;
+	struct qsm_list *heads[2] = { &id->fab->queue, &id->fab->sim->held };
+	struct qsm_list *pos, *tmp;
 
 	for (int i = 0; i < 2; i++) {
-		list_each(pos, tmp, heads[i]) {
-			struct sim_event *e = container_of(pos, struct sim_event, node);
+		qsm_list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
 
 			if (e->id == id && (!event || e->event == event))
 				event_drop(e);
@@ -478,12 +445,12 @@ static void drop_events_of(struct sim_id *id)
 /* A CONNECT_REQUEST of `listener` not yet returned, queued or held, or NULL. */
 static struct sim_event *unreported_request(struct sim_id *listener)
 {
-	struct link *heads[2] = { &listener->fab->queue, &listener->fab->sim->held };
-	struct link *pos, *tmp;
+	struct qsm_list *heads[2] = { &listener->fab->queue, &listener->fab->sim->held };
+	struct qsm_list *pos, *tmp;
 
 	for (int i = 0; i < 2; i++) {
-		list_each(pos, tmp, heads[i]) {
-			struct sim_event *e = container_of(pos, struct sim_event, node);
+		qsm_list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
 
 			if (e->event == QSM_EV_CONNECT_REQUEST && e->listener == listener)
 				return e;
@@ -513,7 +480,7 @@ static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcod
 
 static void recv_free(struct sim_id *id, struct sim_recv *r)
 {
-	list_del(&r->node);
+	qsm_list_del(&r->node);
 	id->nrecvs--;
 	free(r);
 }
@@ -527,8 +494,8 @@ static void qp_err(struct sim_id *id)
 	if (!id->has_qp)
 		return;
 	id->qp_state = QSM_QP_ERR;
-	while (!list_empty(&id->recvs)) {
-		struct sim_recv *r = container_of(id->recvs.next, struct sim_recv, node);
+	while (!qsm_list_empty(&id->recvs)) {
+		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
 
 		complete(id, r->wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
 		recv_free(id, r);
@@ -550,8 +517,8 @@ static void qp_destroy(struct sim_id *id)
 
 	if (!id->has_qp)
 		return;
-	while (!list_empty(&id->recvs))
-		recv_free(id, container_of(id->recvs.next, struct sim_recv, node));
+	while (!qsm_list_empty(&id->recvs))
+		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
 	drop_events(id, QSM_EV_COMPLETION);
 	id->has_qp = false;
 	id->dev->nqps--;
@@ -648,13 +615,13 @@ static void peer_lost(struct sim_id *id)
 
 static int port_conflict(struct qsm_sim *sim, const struct sockaddr_storage *ss)
 {
-	struct link *fpos, *ftmp, *pos, *tmp;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
 
-	list_each(fpos, ftmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
 
-		list_each(pos, tmp, &f->ids) {
-			struct sim_id *o = container_of(pos, struct sim_id, node);
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *o = qsm_container_of(pos, struct sim_id, node);
 
 			if (!o->holds_port || addr_port(&o->src) != addr_port(ss))
 				continue;
@@ -669,13 +636,13 @@ static int port_conflict(struct qsm_sim *sim, const struct sockaddr_storage *ss)
 
 static bool port_used(struct qsm_sim *sim, unsigned port)
 {
-	struct link *fpos, *ftmp, *pos, *tmp;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
 
-	list_each(fpos, ftmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
 
-		list_each(pos, tmp, &f->ids) {
-			struct sim_id *o = container_of(pos, struct sim_id, node);
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *o = qsm_container_of(pos, struct sim_id, node);
 
 			if (o->holds_port && addr_port(&o->src) == port)
 				return true;
@@ -710,8 +677,8 @@ static struct sim_id *id_alloc(struct sim_fabric *f, void *owner)
 	id->fab = f;
 	id->owner = owner;
 	id->state = ID_IDLE;
-	list_init(&id->recvs);
-	list_add_tail(&f->ids, &id->node);
+	qsm_list_init(&id->recvs);
+	qsm_list_add_tail(&f->ids, &id->node);
 	f->sim->st.ids++;
 	return id;
 }
@@ -778,7 +745,7 @@ static void id_destroy(struct sim_id *id)
 		id->dev->nids--;
 		device_settle(id->dev);
 	}
-	list_del(&id->node);
+	qsm_list_del(&id->node);
 	sim->st.ids--;
 	free(id);
 }
@@ -799,15 +766,15 @@ static bool wildcard_takes(const struct sim_id *l, const struct sockaddr_storage
  */
 static struct sim_id *listener_for(struct qsm_sim *sim, const struct sockaddr_storage *dst, int *reason)
 {
-	struct link *fpos, *ftmp, *pos, *tmp;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
 	struct sim_id *wild = NULL;
 	bool port_seen = false;
 
-	list_each(fpos, ftmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
 
-		list_each(pos, tmp, &f->ids) {
-			struct sim_id *l = container_of(pos, struct sim_id, node);
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *l = qsm_container_of(pos, struct sim_id, node);
 
 			if (l->state != ID_LISTEN || addr_port(&l->src) != addr_port(dst))
 				continue;
@@ -836,10 +803,10 @@ static bool mr_covers(const struct sim_mr *mr, uint64_t addr, uint64_t len)
 /* The MR of `d` that `key` names (an lkey, or an rkey if `remote`), or NULL. */
 static struct sim_mr *mr_by_key(struct sim_device *d, uint32_t key, bool remote)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &d->mrs) {
-		struct sim_mr *mr = container_of(pos, struct sim_mr, node);
+	qsm_list_each(pos, tmp, &d->mrs) {
+		struct sim_mr *mr = qsm_container_of(pos, struct sim_mr, node);
 
 		if ((remote ? mr->rkey : mr->lkey) == key)
 			return mr;
@@ -924,13 +891,13 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	struct sim_recv *r;
 	enum qsm_wc_status rstatus = QSM_WC_SUCCESS;
 
-	if (list_empty(&peer->recvs)) {
+	if (qsm_list_empty(&peer->recvs)) {
 		/* RNR NAKs until the retries run out.  An RNR NAK is flow control: the responder's
 		 * QP stays in RTS and hears nothing. */
 		send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
 		return;
 	}
-	r = container_of(peer->recvs.next, struct sim_recv, node);
+	r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
 	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE))
 		rstatus = QSM_WC_LOC_PROT_ERR;
 	else if (len > sges_len(r->sge, r->num_sge))
@@ -993,7 +960,7 @@ static void sim_destroy(struct qsm_fabric *base)
 {
 	struct sim_fabric *f;
 	struct qsm_sim *sim;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	if (!base)
 		return;
@@ -1001,20 +968,20 @@ static void sim_destroy(struct qsm_fabric *base)
 	sim = f->sim;
 	/* Ids left behind are the runtime's bug; freeing them as destroy_id would keeps peers,
 	 * devices and counts consistent, and ids_leaked tells the test. */
-	while (!list_empty(&f->ids)) {
+	while (!qsm_list_empty(&f->ids)) {
 		sim->st.ids_leaked++;
-		id_destroy(container_of(f->ids.next, struct sim_id, node));
+		id_destroy(qsm_container_of(f->ids.next, struct sim_id, node));
 	}
-	list_each(pos, tmp, &f->queue)
-		event_drop(container_of(pos, struct sim_event, node));
-	list_each(pos, tmp, &sim->held) {
-		struct sim_event *e = container_of(pos, struct sim_event, node);
+	qsm_list_each(pos, tmp, &f->queue)
+		event_drop(qsm_container_of(pos, struct sim_event, node));
+	qsm_list_each(pos, tmp, &sim->held) {
+		struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
 
 		if (e->fab == f)
 			event_drop(e);
 	}
 	close(f->efd);
-	list_del(&f->node);
+	qsm_list_del(&f->node);
 	sim->nfabrics--;
 	free(f);
 	if (sim->free_pending && !sim->nfabrics)
@@ -1036,9 +1003,9 @@ static int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	if (!base || !ev)
 		return -EINVAL;
 	f = to_fabric(base);
-	if (list_empty(&f->queue))
+	if (qsm_list_empty(&f->queue))
 		return -EAGAIN;
-	e = container_of(f->queue.next, struct sim_event, node);
+	e = qsm_container_of(f->queue.next, struct sim_event, node);
 	event_remove(e);
 	memset(ev, 0, sizeof(*ev));
 	ev->event = e->event;
@@ -1458,7 +1425,7 @@ static int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access,
 	/* Distinct lkey and rkey, so that a ULP that mixes them up fails here as on some HCAs. */
 	mr->lkey = ++d->sim->next_key;
 	mr->rkey = ++d->sim->next_key;
-	list_add_tail(&d->mrs, &mr->node);
+	qsm_list_add_tail(&d->mrs, &mr->node);
 	d->nmrs++;
 	d->sim->st.mrs++;
 	*ret = (struct qsm_fmr *)(void *)mr;
@@ -1475,7 +1442,7 @@ static void sim_dereg_mr(struct qsm_fmr *fmr)
 	if (!mr)
 		return;
 	d = mr->dev;
-	list_del(&mr->node);
+	qsm_list_del(&mr->node);
 	d->nmrs--;
 	d->sim->st.mrs--;
 	free(mr);
@@ -1552,7 +1519,7 @@ static int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_f
 	r->num_sge = num_sge;
 	if (num_sge)
 		memcpy(r->sge, sg_list, (size_t)num_sge * sizeof(*sg_list));
-	list_add_tail(&id->recvs, &r->node);
+	qsm_list_add_tail(&id->recvs, &r->node);
 	id->nrecvs++;
 	return 0;
 }
@@ -1599,9 +1566,9 @@ int qsm_sim_new(struct qsm_sim **ret)
 	sim = calloc(1, sizeof(*sim));
 	if (!sim)
 		return -ENOMEM;
-	list_init(&sim->devices);
-	list_init(&sim->fabrics);
-	list_init(&sim->held);
+	qsm_list_init(&sim->devices);
+	qsm_list_init(&sim->fabrics);
+	qsm_list_init(&sim->held);
 	sim->next_port = PORT_FIRST;
 	*ret = sim;
 	return 0;
@@ -1609,7 +1576,7 @@ int qsm_sim_new(struct qsm_sim **ret)
 
 void qsm_sim_free(struct qsm_sim *sim)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	if (!sim)
 		return;
@@ -1620,12 +1587,12 @@ void qsm_sim_free(struct qsm_sim *sim)
 	}
 	/* No fabric, so no id, no queued and no held event is left: only devices, and
 	 * MRs never deregistered (they belong to a device, not to a fabric). */
-	list_each(pos, tmp, &sim->devices) {
-		struct sim_device *d = container_of(pos, struct sim_device, node);
-		struct link *mpos, *mtmp;
+	qsm_list_each(pos, tmp, &sim->devices) {
+		struct sim_device *d = qsm_container_of(pos, struct sim_device, node);
+		struct qsm_list *mpos, *mtmp;
 
-		list_each(mpos, mtmp, &d->mrs)
-			free(container_of(mpos, struct sim_mr, node));
+		qsm_list_each(mpos, mtmp, &d->mrs)
+			free(qsm_container_of(mpos, struct sim_mr, node));
 		free(d);
 	}
 	free(sim);
@@ -1649,9 +1616,9 @@ int qsm_sim_fabric_new(struct qsm_sim *sim, struct qsm_fabric **ret)
 	}
 	f->base.ops = &sim_ops;
 	f->sim = sim;
-	list_init(&f->ids);
-	list_init(&f->queue);
-	list_add_tail(&sim->fabrics, &f->node);
+	qsm_list_init(&f->ids);
+	qsm_list_init(&f->queue);
+	qsm_list_add_tail(&sim->fabrics, &f->node);
 	sim->nfabrics++;
 	*ret = &f->base;
 	return 0;
@@ -1660,10 +1627,10 @@ int qsm_sim_fabric_new(struct qsm_sim *sim, struct qsm_fabric **ret)
 /* Reject what is not a fabric of this world: a sim API given the wrong pointer. */
 static struct sim_fabric *world_fabric(struct qsm_sim *sim, struct qsm_fabric *base)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
-	list_each(pos, tmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(pos, struct sim_fabric, node);
+	qsm_list_each(pos, tmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(pos, struct sim_fabric, node);
 
 		if (&f->base == base)
 			return f;
@@ -1675,7 +1642,7 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 {
 	struct sockaddr_storage ss;
 	struct sim_device *d;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	if (!sim || !name || !addr || !*name || strlen(name) >= DEV_NAME_MAX)
 		return -EINVAL;
@@ -1693,14 +1660,14 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 		if (!d)
 			return -ENOMEM;
 		d->sim = sim;
-		list_init(&d->mrs);
+		qsm_list_init(&d->mrs);
 		strcpy(d->name, name);
-		list_add_tail(&sim->devices, &d->node);
+		qsm_list_add_tail(&sim->devices, &d->node);
 	}
 	d->addr = ss;
 	d->state = QSM_SIM_DEVICE_UP;
-	list_each(pos, tmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(pos, struct sim_fabric, node);
+	qsm_list_each(pos, tmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(pos, struct sim_fabric, node);
 
 		post(&(struct post){ .fab = f, .dev = d, .event = QSM_EV_DEVICE_ADDED });
 	}
@@ -1710,7 +1677,7 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 int qsm_sim_device_remove(struct qsm_sim *sim, const char *name)
 {
 	struct sim_device *d;
-	struct link *fpos, *ftmp, *pos, *tmp;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
 
 	if (!sim || !name)
 		return -EINVAL;
@@ -1722,11 +1689,11 @@ int qsm_sim_device_remove(struct qsm_sim *sim, const char *name)
 	d->state = QSM_SIM_DEVICE_REMOVING;
 
 	/* Everyone on the device hears of the removal before any consequence of it. */
-	list_each(fpos, ftmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
 
-		list_each(pos, tmp, &f->ids) {
-			struct sim_id *id = container_of(pos, struct sim_id, node);
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
 
 			if (id->dev == d)
 				post(&(struct post){ .id = id, .dev = d, .event = QSM_EV_DEVICE_REMOVAL });
@@ -1734,11 +1701,11 @@ int qsm_sim_device_remove(struct qsm_sim *sim, const char *name)
 	}
 	/* The QPs flush; connections to other devices break as if the id were destroyed;
 	 * between two ids on this device nothing can be sent any more, so nothing is. */
-	list_each(fpos, ftmp, &sim->fabrics) {
-		struct sim_fabric *f = container_of(fpos, struct sim_fabric, node);
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
 
-		list_each(pos, tmp, &f->ids) {
-			struct sim_id *id = container_of(pos, struct sim_id, node);
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
 
 			if (id->dev != d)
 				continue;
@@ -1787,16 +1754,16 @@ int qsm_sim_inject(struct qsm_sim *sim, enum qsm_sim_fault f, unsigned count)
 
 int qsm_sim_release(struct qsm_sim *sim)
 {
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 	int n = 0;
 
 	if (!sim)
 		return -EINVAL;
 	sim->faults[QSM_SIM_FAULT_HOLD] = 0;
-	list_each(pos, tmp, &sim->held) {
-		struct sim_event *e = container_of(pos, struct sim_event, node);
+	qsm_list_each(pos, tmp, &sim->held) {
+		struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
 
-		list_del(&e->node);
+		qsm_list_del(&e->node);
 		fabric_push(e->fab, e);
 		n++;
 	}
@@ -1806,15 +1773,15 @@ int qsm_sim_release(struct qsm_sim *sim)
 static int qp_id(struct qsm_sim *sim, struct qsm_fabric *base, void *owner, struct sim_id **ret)
 {
 	struct sim_fabric *f;
-	struct link *pos, *tmp;
+	struct qsm_list *pos, *tmp;
 
 	if (!sim || !base)
 		return -EINVAL;
 	f = world_fabric(sim, base);
 	if (!f)
 		return -EINVAL;
-	list_each(pos, tmp, &f->ids) {
-		struct sim_id *id = container_of(pos, struct sim_id, node);
+	qsm_list_each(pos, tmp, &f->ids) {
+		struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
 
 		if (id->owner == owner && id->has_qp) {
 			*ret = id;

@@ -10,29 +10,8 @@
 #include <qsm/ctx.h>
 
 #include "fabric.h"
+#include "list.h"
 #include "sm.h"
-
-struct qsm_list {
-	struct qsm_list *next, *prev;
-};
-
-#define qsm_container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
-
-static inline void qsm_list_init(struct qsm_list *l) { l->next = l->prev = l; }
-static inline bool qsm_list_empty(const struct qsm_list *l) { return l->next == l; }
-static inline void qsm_list_add_tail(struct qsm_list *l, struct qsm_list *n)
-{
-	n->prev = l->prev;
-	n->next = l;
-	l->prev->next = n;
-	l->prev = n;
-}
-static inline void qsm_list_del(struct qsm_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = n;
-}
 
 /* What an id's owner pointer points at: the first member of each owner. */
 enum qsm_obj_kind { QSM_OBJ_CONN = 1, QSM_OBJ_LISTENER, QSM_OBJ_DEVICE };
