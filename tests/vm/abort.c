@@ -14,27 +14,22 @@
  *                            QSM_ABORT_PORT (7473).
  * Exit 0 only if every check passed.  Needs a soft-RoCE device.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <qsm/qsm.h>
-#include <qsm/rdmacm.h>
+
+#include "common.h"
 
 #define CONNECT_LIMIT_MS 60000    /* all aborts taken, survivors LIVE with ROUNDS exchanged */
 #define QUIET_MS 3000             /* afterwards: any late callback for an aborted queue shows up */
 #define EXCHANGE_LIMIT_MS 30000
 #define CLOSE_LIMIT_MS 30000
 #define ROUNDS 3
-#define MSG_LEN 64
+#define MSG_LEN VM_MSG_LEN
 
 enum { WR_RECV = 1, WR_SEND };
 
@@ -73,47 +68,12 @@ struct peer {
 /* Passive queue private data. */
 struct echo {
 	int client;
-	struct qsm_mr *mr;
-	char rbuf[MSG_LEN], sbuf[MSG_LEN + 8];
+	struct vm_echo buf;
 };
 
 static struct queue *u;
 static struct peer *peers;
 static unsigned n;
-static FILE *trace_out;
-static unsigned failures;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void check(bool ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s: ", ok ? "ok  " : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (!ok)
-		failures++;
-}
-
-static const char *cm_state_name(int s)
-{
-	static const char *const names[] = {
-		"IDLE", "ADDR_RESOLVING", "ROUTE_RESOLVING", "CONNECTING", "CONNECTED", "LIVE",
-		"DISCONNECTING", "DRAINING", "CLOSING", "RECONNECT_WAIT", "FAILED", "CLOSED",
-	};
-
-	return s >= 0 && s < QSM_CM_STATE_COUNT ? names[s] : "?";
-}
 
 /* Every client callback starts here: which queue (by pointer only), and was it already gone? */
 static struct queue *note(struct qsm_conn *q, const char *slot, int state)
@@ -127,20 +87,15 @@ static struct queue *note(struct qsm_conn *q, const char *slot, int state)
 		if (x->gone) {
 			if (!x->calls_after++)
 				snprintf(x->first_after, sizeof(x->first_after), "%s (state %s)", slot,
-					 cm_state_name(state));
+					 vm_cm_state_name(state));
 			printf("   queue %u: callback %s in state %s after it was %s\n", i, slot,
-			       cm_state_name(state), x->aborted ? "aborted" : "released");
+			       vm_cm_state_name(state), x->aborted ? "aborted" : "released");
 			return NULL;
 		}
 		return x;
 	}
 	printf("   callback %s for an unknown queue %p\n", slot, (void *)q);
 	return NULL;
-}
-
-static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
-{
-	return (struct qsm_sge){ .addr = (uintptr_t)buf, .length = len, .lkey = qsm_mr_lkey(mr) };
 }
 
 static int abort_queue(struct queue *x, int state)
@@ -155,7 +110,7 @@ static int send_msg(struct qsm_conn *q, struct queue *x)
 	struct qsm_sge ss;
 
 	snprintf(x->sbuf, sizeof(x->sbuf), "queue %u msg %u", x->index, x->exchanged);
-	ss = sge_of(x->sbuf, (uint32_t)strlen(x->sbuf) + 1, x->mr);
+	ss = vm_sge(x->sbuf, (uint32_t)strlen(x->sbuf) + 1, x->mr);
 	return qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED);
 }
 
@@ -214,12 +169,11 @@ static int c_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 
 	if (!x)
 		return 0;
-	if (!qsm_mr_valid(x->mr) &&
-	    qsm_conn_reg_mr(q, x, sizeof(*x), QSM_ACCESS_LOCAL_WRITE, &x->mr) < 0) {
+	if (vm_reg_buffer(q, &x->mr, x, sizeof(*x)) < 0) {
 		x->errors++;
 		return 0;
 	}
-	rs = sge_of(x->rbuf, sizeof(x->rbuf), x->mr);
+	rs = vm_sge(x->rbuf, sizeof(x->rbuf), x->mr);
 	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0)
 		x->errors++;
 	return 0;
@@ -247,7 +201,7 @@ static int c_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		return 0;
 	}
 	x->exchanged++;
-	rs = sge_of(x->rbuf, sizeof(x->rbuf), x->mr);
+	rs = vm_sge(x->rbuf, sizeof(x->rbuf), x->mr);
 	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0)
 		x->errors++;
 	/* a receive is posted: it must never come back, not even flushed */
@@ -319,43 +273,33 @@ static int s_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct echo *e = qsm_conn_priv(q);
 	struct peer *p = peer_of(q);
-	struct qsm_sge rs;
 
 	(void)ev;
-	if (qsm_conn_reg_mr(q, e, sizeof(*e), QSM_ACCESS_LOCAL_WRITE, &e->mr) < 0) {
-		if (p)
-			p->errors++;
-		return 0;
-	}
-	rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr);
-	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 && p)
+	if (vm_echo_qp_ready(q, &e->buf) < 0 && p)
 		p->errors++;
 	return 0;
 }
 
-/* Every message comes back as "echo: <message>". */
 static int s_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct echo *e = qsm_conn_priv(q);
 	struct peer *p = peer_of(q);
-	struct qsm_sge rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr), ss;
 
-	if (!p || wc->status == QSM_WC_WR_FLUSH_ERR)
+	if (!p)
 		return 0;
-	if (wc->status != QSM_WC_SUCCESS) {
-		p->bad_status++;   /* e.g. an echo to a peer that destroyed its QP meanwhile */
-		return 0;
-	}
-	if (wc->wr_id != WR_RECV)
-		return 0;
-	e->rbuf[sizeof(e->rbuf) - 1] = 0;
-	snprintf(e->sbuf, sizeof(e->sbuf), "echo: %s", e->rbuf);
-	ss = sge_of(e->sbuf, (uint32_t)strlen(e->sbuf) + 1, e->mr);
-	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
-	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
-		p->errors++;
-	else
+	switch (vm_echo_completion(q, &e->buf, wc)) {
+	case VM_ECHO_SENT:
 		p->echoes++;
+		break;
+	case VM_ECHO_BAD_STATUS:
+		p->bad_status++;   /* e.g. an echo to a peer that destroyed its QP meanwhile */
+		break;
+	case VM_ECHO_POST_FAILED:
+		p->errors++;
+		break;
+	case VM_ECHO_NOTHING:
+		break;
+	}
 	return 0;
 }
 
@@ -384,43 +328,6 @@ static const struct qsm_class server_class = {
 	.release = s_release,
 };
 
-static void print_trace(const struct qsm_trace_record *r, void *arg)
-{
-	fprintf(trace_out, "%s %10.6f %s %s#%u %s --%s%s%.0d--> %s\n", (const char *)arg,
-		(double)r->time_ns / 1e9, r->kind, r->class_name ? r->class_name : "-", r->id, r->from,
-		r->event ? r->event : "?", r->status ? " status=" : "", r->status,
-		r->to ? r->to : "(unexpected: stays)");
-}
-
-/* One round of the host loop: wait on both ctxs (at most 10 ms), dispatch both until idle. */
-static void pump(struct qsm_ctx *a, struct qsm_ctx *b)
-{
-	struct pollfd pfd[2] = { { .fd = qsm_ctx_fd(a), .events = POLLIN },
-				 { .fd = qsm_ctx_fd(b), .events = POLLIN } };
-	int ta = qsm_ctx_next_timeout_ms(a), tb = qsm_ctx_next_timeout_ms(b), wait = 10;
-
-	if (ta >= 0 && ta < wait)
-		wait = ta;
-	if (tb >= 0 && tb < wait)
-		wait = tb;
-	if (wait > 0)
-		poll(pfd, 2, wait);
-	for (int round = 0; round < 1000; round++) {
-		int k = qsm_ctx_dispatch(a, 0), m = qsm_ctx_dispatch(b, 0);
-
-		if (k <= 0 && m <= 0)
-			break;
-	}
-}
-
-static void pump_for(struct qsm_ctx *a, struct qsm_ctx *b, int ms)
-{
-	double t0 = now_s();
-
-	while ((now_s() - t0) * 1000 < ms)
-		pump(a, b);
-}
-
 /* Aborts taken, the server closed their peers, the survivors LIVE with their rounds done. */
 static bool settled(void)
 {
@@ -445,8 +352,9 @@ static unsigned survivors_done(void)
 	return c;
 }
 
-/* `rdma res show RES`: the lines of this process; their number. */
-static int show_res(const char *res, const char *when)
+/* `rdma res show RES`: how many lines of this process contain `what`; with `when`, those lines
+ * are printed too, under a header that says when they were taken. */
+static int res_lines(const char *res, const char *what, const char *when)
 {
 	char cmd[64], line[512], pidw[32];
 	FILE *p;
@@ -457,93 +365,58 @@ static int show_res(const char *res, const char *when)
 	p = popen(cmd, "r");
 	if (!p)
 		return -1;
-	printf("   rdma res show %s (%s), lines of pid %d:\n", res, when, (int)getpid());
+	if (when)
+		printf("   rdma res show %s (%s), lines of pid %d:\n", res, when, (int)getpid());
 	while (fgets(line, sizeof(line), p))
-		if (strstr(line, pidw)) {
-			printf("     %s", line);
+		if (strstr(line, pidw) && strstr(line, what)) {
+			if (when)
+				printf("     %s", line);
 			c++;
 		}
 	pclose(p);
-	if (!c)
+	if (when && !c)
 		printf("     (none)\n");
 	return c;
 }
 
-static int count_res_lines(const char *res, const char *what)
+static int show_res(const char *res, const char *when)
 {
-	char cmd[64], line[512], pidw[32];
-	FILE *p;
-	int c = 0;
-
-	snprintf(cmd, sizeof(cmd), "rdma res show %s 2>&1", res);
-	snprintf(pidw, sizeof(pidw), " pid %d ", (int)getpid());
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	while (fgets(line, sizeof(line), p))
-		c += strstr(line, pidw) && strstr(line, what);
-	pclose(p);
-	return c;
+	return res_lines(res, "", when);
 }
 
-static const char *env_or(const char *name, const char *def)
+static int count_res_lines(const char *res, const char *what)
 {
-	const char *v = getenv(name);
-
-	return v && *v ? v : def;
+	return res_lines(res, what, NULL);
 }
 
 int main(int argc, char **argv)
 {
-	const char *ip = env_or("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_port = htons((uint16_t)atoi(env_or("QSM_ABORT_PORT", "7473"))) };
-	struct qsm_fabric *fs, *fc;
+	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
+	struct sockaddr_in addr;
+	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_ABORT_PORT", "7473");
 	struct qsm_ctx *server, *client;
 	struct qsm_listener *l;
 	struct qsm_counters cc, sc;
 	double t0, t_settle = -1, t_more = -1, t_close = -1;
 	unsigned n_abort = 0, n_live = 0;
-	int r;
 
 	n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 10;
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGPIPE, SIG_IGN);
-	if (n < 3 || n > 200 || inet_pton(AF_INET, ip, &addr.sin_addr) != 1) {
+	vm_init_stdio();
+	if (n < 3 || n > 200 || !addr_ok) {
 		fprintf(stderr, "usage: abort [N (3..200) [TRACE_FILE|-]]\n");
 		return 2;
 	}
-	if (argc > 2) {
-		trace_out = strcmp(argv[2], "-") ? fopen(argv[2], "w") : stdout;
-		if (!trace_out) {
-			perror(argv[2]);
-			return 2;
-		}
-	}
+	if (vm_trace_open(argc, argv) < 0)
+		return 2;
 	u = calloc(n, sizeof(*u));
 	peers = calloc(n, sizeof(*peers));
 	if (!u || !peers)
 		return 2;
 
-	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
-		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
+	if (vm_ctxs_new(&server, &client) < 0 ||
+	    vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
+			    .cls = &server_class, .backlog = 128 }, ip, &l) < 0)
 		return 1;
-	}
-	if ((r = qsm_ctx_new(&server, &(struct qsm_ctx_opts){ .fabric = fs })) < 0 ||
-	    (r = qsm_ctx_new(&client, &(struct qsm_ctx_opts){ .fabric = fc })) < 0) {
-		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
-		return 1;
-	}
-	if (trace_out) {
-		qsm_ctx_set_trace(server, print_trace, "server");
-		qsm_ctx_set_trace(client, print_trace, "client");
-	}
-	r = qsm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
-			     .cls = &server_class, .backlog = 128 }, &l);
-	if (r < 0) {
-		printf("FAIL: qsm_listener_new %s:%u: %s\n", ip, ntohs(addr.sin_port), strerror(-r));
-		return 1;
-	}
 
 	/* ---- connect: the roles play out ---- */
 	for (unsigned i = 0; i < n; i++) {
@@ -555,30 +428,24 @@ int main(int argc, char **argv)
 		u[i].target = ROUNDS;
 		n_abort += u[i].role != ROLE_LIVE;
 		n_live += u[i].role == ROLE_LIVE;
-		r = qsm_conn_new(client, &(struct qsm_conn_opts){ .cls = &client_class,
-				 .dst = (struct sockaddr *)&addr,
-				 .policy = { .initial_delay_ms = 500, .max_delay_ms = 1000 },
-				 .private_data = &who, .private_data_len = 1, .user = &u[i] },
-				 &u[i].q);
-		if (r == 0)
-			r = qsm_conn_connect(u[i].q);
-		if (r < 0) {
-			printf("FAIL: queue %u: %s\n", i, strerror(-r));
+		if (vm_conn_start(client, &(struct qsm_conn_opts){ .cls = &client_class,
+				  .dst = (struct sockaddr *)&addr,
+				  .policy = { .initial_delay_ms = 500, .max_delay_ms = 1000 },
+				  .private_data = &who, .private_data_len = 1, .user = &u[i] }, i, &u[i].q) < 0)
 			return 1;
-		}
 	}
 	printf("== %u queues connect to %s:%u: %u abort in LIVE.enter, 1 in completion, %u stay LIVE "
 	       "(%d messages each)\n", n, ip, ntohs(addr.sin_port), n_abort - 1, n_live, ROUNDS);
-	t0 = now_s();
-	while (!settled() && (now_s() - t0) * 1000 < CONNECT_LIMIT_MS)
-		pump(server, client);
+	t0 = vm_now();
+	while (!settled() && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
+		vm_pump(server, client);
 	if (settled())
-		t_settle = now_s() - t0;
-	check(t_settle >= 0, "settled after %.3f s: aborts taken, their server peers closed, %u/%u others "
-	      "LIVE with %d messages exchanged", t_settle, survivors_done(), n_live, ROUNDS);
+		t_settle = vm_now() - t0;
+	vm_check(t_settle >= 0, "settled after %.3f s: aborts taken, their server peers closed, %u/%u others "
+	         "LIVE with %d messages exchanged", t_settle, survivors_done(), n_live, ROUNDS);
 	/* Late callbacks (flushed receives, a DISCONNECTED, a timer) would come now. */
 	printf("== %d ms more of dispatching: nothing may reach an aborted queue\n", QUIET_MS);
-	pump_for(server, client, QUIET_MS);
+	vm_pump_for(server, client, QUIET_MS);
 
 	{
 		unsigned aborted = 0, after = 0, rel = 0, disc = 0, sclosed = 0, in_state = 0;
@@ -596,46 +463,46 @@ int main(int argc, char **argv)
 			in_state += x->abort_state == QSM_CM_LIVE;
 			printf("   queue %u (%s): aborted in %s after %u callbacks, %u after the abort%s%s; "
 			       "server peer: accepted %d, DISCONNECTED seen %u, closed %d, echoes %u, "
-			       "bad completions %u\n", i, role_names[x->role], cm_state_name(x->abort_state),
+			       "bad completions %u\n", i, role_names[x->role], vm_cm_state_name(x->abort_state),
 			       x->calls - x->calls_after, x->calls_after, x->calls_after ? ", first: " : "",
 			       x->first_after, peers[i].accepted, peers[i].disconnected, peers[i].released,
 			       peers[i].echoes, peers[i].bad_status);
 		}
-		check(aborted == n_abort && in_state == n_abort, "%u/%u handlers returned -1 (all in LIVE)",
-		      aborted, n_abort);
-		check(after == 0, "no callback of any kind for an aborted queue afterwards (%u seen)", after);
-		check(rel == 0, "release not called for an aborted queue (%u calls)", rel);
-		check(u[1].exchanged == 1, "queue 1 exchanged one message before its completion handler aborted");
-		check(disc == n_abort, "server saw DISCONNECTED from %u/%u aborted peers", disc, n_abort);
-		check(sclosed == n_abort, "server closed %u/%u passive queues of aborted peers", sclosed, n_abort);
+		vm_check(aborted == n_abort && in_state == n_abort, "%u/%u handlers returned -1 (all in LIVE)",
+		         aborted, n_abort);
+		vm_check(after == 0, "no callback of any kind for an aborted queue afterwards (%u seen)", after);
+		vm_check(rel == 0, "release not called for an aborted queue (%u calls)", rel);
+		vm_check(u[1].exchanged == 1, "queue 1 exchanged one message before its completion handler aborted");
+		vm_check(disc == n_abort, "server saw DISCONNECTED from %u/%u aborted peers", disc, n_abort);
+		vm_check(sclosed == n_abort, "server closed %u/%u passive queues of aborted peers", sclosed, n_abort);
 	}
 	qsm_ctx_counters(client, &cc);
 	qsm_ctx_counters(server, &sc);
-	check(cc.aborts == n_abort, "client counters: aborts %llu (expected %u: %u from LIVE.enter, 1 from "
-	      "completion)", (unsigned long long)cc.aborts, n_abort, n_abort - 1);
-	check(cc.popped + cc.aborts == cc.dispatched + cc.dropped + cc.completions,
-	      "client counters: popped %llu + aborts %llu == dispatched %llu + dropped %llu + completions %llu",
-	      (unsigned long long)cc.popped, (unsigned long long)cc.aborts, (unsigned long long)cc.dispatched,
-	      (unsigned long long)cc.dropped, (unsigned long long)cc.completions);
-	check(cc.queues_live == n_live && sc.queues_live == n_live,
-	      "queues_live: client %llu, server %llu (expected %u each)", (unsigned long long)cc.queues_live,
-	      (unsigned long long)sc.queues_live, n_live);
-	check(cc.unexpected == 0 && sc.unexpected == 0 && cc.reconnects == 0,
-	      "unexpected: client %llu, server %llu; reconnects %llu", (unsigned long long)cc.unexpected,
-	      (unsigned long long)sc.unexpected, (unsigned long long)cc.reconnects);
+	vm_check(cc.aborts == n_abort, "client counters: aborts %llu (expected %u: %u from LIVE.enter, 1 from "
+	         "completion)", (unsigned long long)cc.aborts, n_abort, n_abort - 1);
+	vm_check(cc.popped + cc.aborts == cc.dispatched + cc.dropped + cc.completions,
+	         "client counters: popped %llu + aborts %llu == dispatched %llu + dropped %llu + completions %llu",
+	         (unsigned long long)cc.popped, (unsigned long long)cc.aborts, (unsigned long long)cc.dispatched,
+	         (unsigned long long)cc.dropped, (unsigned long long)cc.completions);
+	vm_check(cc.queues_live == n_live && sc.queues_live == n_live,
+	         "queues_live: client %llu, server %llu (expected %u each)", (unsigned long long)cc.queues_live,
+	         (unsigned long long)sc.queues_live, n_live);
+	vm_check(cc.unexpected == 0 && sc.unexpected == 0 && cc.reconnects == 0,
+	         "unexpected: client %llu, server %llu; reconnects %llu", (unsigned long long)cc.unexpected,
+	         (unsigned long long)sc.unexpected, (unsigned long long)cc.reconnects);
 
 	/* ---- the survivors go on: more messages after every abort ---- */
-	t0 = now_s();
+	t0 = vm_now();
 	for (unsigned i = 0; i < n; i++)
 		if (u[i].role == ROLE_LIVE && !u[i].gone) {
 			u[i].target += ROUNDS;
 			if (send_msg(u[i].q, &u[i]) < 0)
 				u[i].errors++;
 		}
-	while (survivors_done() < n_live && (now_s() - t0) * 1000 < EXCHANGE_LIMIT_MS)
-		pump(server, client);
+	while (survivors_done() < n_live && (vm_now() - t0) * 1000 < EXCHANGE_LIMIT_MS)
+		vm_pump(server, client);
 	if (survivors_done() == n_live)
-		t_more = now_s() - t0;
+		t_more = vm_now() - t0;
 	{
 		unsigned live = 0, errs = 0, serrs = 0;
 
@@ -646,9 +513,9 @@ int main(int argc, char **argv)
 			errs += u[i].errors + u[i].unexpected;
 			serrs += peers[i].errors + peers[i].bad_status;
 		}
-		check(live == n_live && t_more >= 0 && !errs && !serrs,
-		      "%u/%u others still LIVE, %d more messages each in %.3f s; errors: client %u, server %u",
-		      live, n_live, ROUNDS, t_more, errs, serrs);
+		vm_check(live == n_live && t_more >= 0 && !errs && !serrs,
+		         "%u/%u others still LIVE, %d more messages each in %.3f s; errors: client %u, server %u",
+		         live, n_live, ROUNDS, t_more, errs, serrs);
 	}
 	printf("   rdma resources while %u queues are live:\n", n_live);
 	show_res("qp", "live");
@@ -658,7 +525,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n; i++)
 		if (u[i].role == ROLE_LIVE && !u[i].gone && qsm_conn_disconnect(u[i].q) < 0)
 			u[i].errors++;
-	t0 = now_s();
+	t0 = vm_now();
 	for (;;) {
 		unsigned rel = 0, srel = 0;
 
@@ -667,14 +534,14 @@ int main(int argc, char **argv)
 			srel += peers[i].released;
 		}
 		if (rel == n_live && srel == n) {
-			t_close = now_s() - t0;
+			t_close = vm_now() - t0;
 			break;
 		}
-		if ((now_s() - t0) * 1000 >= CLOSE_LIMIT_MS)
+		if ((vm_now() - t0) * 1000 >= CLOSE_LIMIT_MS)
 			break;
-		pump(server, client);
+		vm_pump(server, client);
 	}
-	pump_for(server, client, 200);
+	vm_pump_for(server, client, 200);
 	qsm_ctx_counters(client, &cc);
 	qsm_ctx_counters(server, &sc);
 	{
@@ -682,12 +549,12 @@ int main(int argc, char **argv)
 
 		for (unsigned i = 0; i < n; i++)
 			after += u[i].calls_after;
-		check(t_close >= 0 && cc.queues_live == 0 && sc.queues_live == 0,
-		      "all closed after %.3f s: queues_live client %llu, server %llu", t_close,
-		      (unsigned long long)cc.queues_live, (unsigned long long)sc.queues_live);
-		check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, "
-		      "server %llu)", (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
-		check(after == 0, "no callback after an abort or a release, to the end (%u)", after);
+		vm_check(t_close >= 0 && cc.queues_live == 0 && sc.queues_live == 0,
+		         "all closed after %.3f s: queues_live client %llu, server %llu", t_close,
+		         (unsigned long long)cc.queues_live, (unsigned long long)sc.queues_live);
+		vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, "
+		         "server %llu)", (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
+		vm_check(after == 0, "no callback after an abort or a release, to the end (%u)", after);
 	}
 	{
 		int qps = show_res("qp", "all queues closed, listener up");
@@ -695,35 +562,32 @@ int main(int argc, char **argv)
 
 		show_res("cm_id", "all queues closed, listener up");
 		ids = count_res_lines("cm_id", "");
-		check(qps == 0, "no QP of ours left (%d)", qps);
-		check(count_res_lines("cm_id", "state LISTEN") == 1 && ids >= 1,
-		      "cm_ids of ours: %d, one of them the listener", ids);
+		vm_check(qps == 0, "no QP of ours left (%d)", qps);
+		vm_check(count_res_lines("cm_id", "state LISTEN") == 1 && ids >= 1,
+		         "cm_ids of ours: %d, one of them the listener", ids);
 	}
 	qsm_listener_destroy(l);
-	pump_for(server, client, 100);
+	vm_pump_for(server, client, 100);
 	printf("== counters: client aborts %llu, completions %llu, dropped %llu, unexpected %llu, "
 	       "action_errors %llu; server completions %llu, unexpected %llu\n",
 	       (unsigned long long)cc.aborts, (unsigned long long)cc.completions,
 	       (unsigned long long)cc.dropped, (unsigned long long)cc.unexpected,
 	       (unsigned long long)cc.action_errors, (unsigned long long)sc.completions,
 	       (unsigned long long)sc.unexpected);
-	qsm_ctx_free(client);
-	qsm_ctx_free(server);
+	vm_ctxs_free(server, client);
 	{
 		int qps = show_res("qp", "after qsm_ctx_free");
 		int ids = show_res("cm_id", "after qsm_ctx_free");
 		int pins = count_res_lines("cm_id", "state ADDR_BOUND");
 
-		check(qps == 0, "after qsm_ctx_free: no QP of ours (%d)", qps);
+		vm_check(qps == 0, "after qsm_ctx_free: no QP of ours (%d)", qps);
 		/* the backend pins each verbs context it saw with one bound id, for the process */
-		check(ids == pins && ids <= 1, "after qsm_ctx_free: %d cm_ids of ours, all bound-only context "
-		      "pins (%d)", ids, pins);
+		vm_check(ids == pins && ids <= 1, "after qsm_ctx_free: %d cm_ids of ours, all bound-only context "
+		         "pins (%d)", ids, pins);
 	}
-	if (trace_out && trace_out != stdout)
-		fclose(trace_out);
 	free(u);
 	free(peers);
 	printf("== summary: N=%u (%u aborted, %u live): settled %.3f s, more messages %.3f s, close %.3f s: %s\n",
-	       n, n_abort, n_live, t_settle, t_more, t_close, failures ? "FAILED" : "PASS");
-	return failures ? 1 : 0;
+	       n, n_abort, n_live, t_settle, t_more, t_close, vm_failures ? "FAILED" : "PASS");
+	return vm_failures ? 1 : 0;
 }

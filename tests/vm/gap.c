@@ -13,21 +13,17 @@
  *                            (veth0), QSM_VM_ADDR (192.0.2.1), QSM_GAP_PORT (7472).
  * Exit 0 only if every check passed.  Needs root (rdma link) and a soft-RoCE device.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <qsm/qsm.h>
-#include <qsm/rdmacm.h>
+
+#include "common.h"
 
 #define CONNECT_LIMIT_MS 60000
 #define DOWN_LIMIT_MS 30000       /* server down: every queue in the gap, retrying at the cap */
@@ -55,7 +51,7 @@ struct queue {
 	int removal_from, removal_to;   /* the edge of the last one */
 	int mr_valid_in_handler;    /* qsm_mr_valid() while device_removed ran (still registered) */
 	unsigned errors;
-	double gap_entered;         /* last RECONNECT_WAIT.enter (now_s) */
+	double gap_entered;         /* last RECONNECT_WAIT.enter (vm_now) */
 	bool released;
 	struct qsm_mr *mr;
 	char buf[BUF_LEN];
@@ -65,43 +61,13 @@ struct queue {
 static struct qsm_conn **passive;
 static unsigned npassive_max;
 
-static FILE *trace_out;
-static unsigned failures;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void check(bool ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s: ", ok ? "ok  " : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (!ok)
-		failures++;
-}
-
 /* The buffer registered on the queue's current device: again after the device went away. */
 static int reg_buffer(struct qsm_conn *q, struct queue *u)
 {
-	int r;
+	bool needed = !qsm_mr_valid(u->mr);   /* counted only when it registers anew */
+	int r = vm_reg_buffer(q, &u->mr, u->buf, sizeof(u->buf));
 
-	if (qsm_mr_valid(u->mr))
-		return 0;
-	if (u->mr)
-		qsm_mr_dereg(u->mr);
-	u->mr = NULL;
-	r = qsm_conn_reg_mr(q, u->buf, sizeof(u->buf), QSM_ACCESS_LOCAL_WRITE, &u->mr);
-	if (r == 0)
+	if (r == 0 && needed)
 		u->regs++;
 	return r;
 }
@@ -127,7 +93,7 @@ static int client_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 static int client_gap(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	(void)ev;
-	((struct queue *)qsm_conn_user(q))->gap_entered = now_s();
+	((struct queue *)qsm_conn_user(q))->gap_entered = vm_now();
 	return 0;
 }
 
@@ -192,44 +158,6 @@ static const struct qsm_class server_class = {
 	.release = server_release,
 };
 
-static void print_trace(const struct qsm_trace_record *r, void *arg)
-{
-	fprintf(trace_out, "%s %10.6f %s %s#%u %s --%s%s%.0d--> %s\n", (const char *)arg,
-		(double)r->time_ns / 1e9, r->kind, r->class_name ? r->class_name : "-", r->id, r->from,
-		r->event ? r->event : "?", r->status ? " status=" : "", r->status,
-		r->to ? r->to : "(unexpected: stays)");
-}
-
-/* One round of the host loop: wait on both ctxs (at most 10 ms), dispatch both until idle. */
-static void pump(struct qsm_ctx *a, struct qsm_ctx *b)
-{
-	struct pollfd pfd[2] = { { .fd = qsm_ctx_fd(a), .events = POLLIN },
-				 { .fd = qsm_ctx_fd(b), .events = POLLIN } };
-	int ta = qsm_ctx_next_timeout_ms(a), tb = qsm_ctx_next_timeout_ms(b), wait = 10;
-
-	if (ta >= 0 && ta < wait)
-		wait = ta;
-	if (tb >= 0 && tb < wait)
-		wait = tb;
-	if (wait > 0)
-		poll(pfd, 2, wait);
-	for (int round = 0; round < 1000; round++) {
-		int n = qsm_ctx_dispatch(a, 0), m = qsm_ctx_dispatch(b, 0);
-
-		if (n <= 0 && m <= 0)
-			break;
-	}
-}
-
-static unsigned count_state(struct qsm_conn **q, unsigned n, int state)
-{
-	unsigned c = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		c += q[i] && qsm_conn_state(q[i]) == state;
-	return c;
-}
-
 static unsigned count_passive(void)
 {
 	unsigned c = 0;
@@ -248,102 +176,33 @@ static unsigned sum_errors(const struct queue *u, unsigned n)
 	return c;
 }
 
-static pid_t spawn(char *const argv[])
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-/* Run a command while both ctxs keep dispatching; its wall time, or < 0 if it did not end. */
-static double run_dispatching(struct qsm_ctx *a, struct qsm_ctx *b, char *const argv[], int limit_ms,
-			      int *status)
-{
-	double t0 = now_s();
-	pid_t pid = spawn(argv);
-
-	if (pid < 0)
-		return -1;
-	while ((now_s() - t0) * 1000 < limit_ms) {
-		pid_t w = waitpid(pid, status, WNOHANG);
-
-		if (w == pid)
-			return now_s() - t0;
-		pump(a, b);
-	}
-	{
-		char path[64], line[256];
-		FILE *st;
-
-		snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
-		st = fopen(path, "r");
-		printf("   '%s %s ...' still running after %d ms; its kernel stack:\n", argv[0], argv[1],
-		       limit_ms);
-		while (st && fgets(line, sizeof(line), st))
-			printf("     %s", line);
-		if (st)
-			fclose(st);
-	}
-	return -1;
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : def;
-}
-
-static const char *cm_state_name(int s)
-{
-	static const char *const names[] = {
-		"IDLE", "ADDR_RESOLVING", "ROUTE_RESOLVING", "CONNECTING", "CONNECTED", "LIVE",
-		"DISCONNECTING", "DRAINING", "CLOSING", "RECONNECT_WAIT", "FAILED", "CLOSED",
-	};
-
-	return s >= 0 && s < QSM_CM_STATE_COUNT ? names[s] : "?";
-}
-
 int main(int argc, char **argv)
 {
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 100;
-	const char *dev = env_or("QSM_VM_DEV", "rxe0"), *netdev = env_or("QSM_VM_NETDEV", "veth0");
-	const char *ip = env_or("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_port = htons((uint16_t)atoi(env_or("QSM_GAP_PORT", "7472"))) };
+	const char *dev = vm_env("QSM_VM_DEV", "rxe0"), *netdev = vm_env("QSM_VM_NETDEV", "veth0");
+	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
+	struct sockaddr_in addr;
+	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_GAP_PORT", "7472");
 	struct qsm_listener_opts lopts = { .addr = (struct sockaddr *)&addr, .cls = &server_class,
 					   .backlog = 1024,
 					   .relisten = { .initial_delay_ms = 500, .max_delay_ms = 1000 } };
-	struct qsm_fabric *fs, *fc;
 	struct qsm_ctx *server, *client;
 	struct qsm_listener *l = NULL;
 	struct qsm_conn **q;
 	struct qsm_counters cc, sc, cc_down;
-	char *del_cmd[] = { "rdma", "link", "delete", (char *)dev, NULL };
-	char *add_cmd[] = { "rdma", "link", "add", (char *)dev, "type", "rxe", "netdev", (char *)netdev, NULL };
 	double t0, t_connect = -1, t_down = -1, t_delete = -1, t_add = -1, t_listen = -1, t_reconnect = -1;
 	double t_close = -1, quiet = -1;
 	struct queue *u;
 	unsigned live;
 	int r, st = 0;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGPIPE, SIG_IGN);
-	if (!n || n > 10000 || inet_pton(AF_INET, ip, &addr.sin_addr) != 1) {
+	vm_init_stdio();
+	if (!n || n > 10000 || !addr_ok) {
 		fprintf(stderr, "usage: gap [N (1..10000) [TRACE_FILE|-]]\n");
 		return 2;
 	}
-	if (argc > 2) {
-		trace_out = strcmp(argv[2], "-") ? fopen(argv[2], "w") : stdout;
-		if (!trace_out) {
-			perror(argv[2]);
-			return 2;
-		}
-	}
+	if (vm_trace_open(argc, argv) < 0)
+		return 2;
 	q = calloc(n, sizeof(*q));
 	u = calloc(n, sizeof(*u));
 	npassive_max = 2 * n;
@@ -351,66 +210,44 @@ int main(int argc, char **argv)
 	if (!q || !u || !passive)
 		return 2;
 
-	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
-		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
+	if (vm_ctxs_new(&server, &client) < 0 || vm_listener_new(server, &lopts, ip, &l) < 0)
 		return 1;
-	}
-	if ((r = qsm_ctx_new(&server, &(struct qsm_ctx_opts){ .fabric = fs })) < 0 ||
-	    (r = qsm_ctx_new(&client, &(struct qsm_ctx_opts){ .fabric = fc })) < 0) {
-		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
-		return 1;
-	}
-	if (trace_out) {
-		qsm_ctx_set_trace(server, print_trace, "server");
-		qsm_ctx_set_trace(client, print_trace, "client");
-	}
-	r = qsm_listener_new(server, &lopts, &l);
-	if (r < 0) {
-		printf("FAIL: qsm_listener_new %s:%u: %s\n", ip, ntohs(addr.sin_port), strerror(-r));
-		return 1;
-	}
 
 	/* ---- phase 1: connect to a live server; each queue registers its MR in qp_ready ---- */
 	printf("== %u queues connect to %s:%u (retry policy %u ms .. %u ms, no jitter)\n", n, ip,
 	       ntohs(addr.sin_port), RETRY_INITIAL_MS, RETRY_MAX_MS);
 	for (unsigned i = 0; i < n; i++) {
-		r = qsm_conn_new(client, &(struct qsm_conn_opts){ .cls = &client_class,
-				 .dst = (struct sockaddr *)&addr,
-				 .policy = { .initial_delay_ms = RETRY_INITIAL_MS, .max_delay_ms = RETRY_MAX_MS },
-				 .user = &u[i] },
-				 &q[i]);
 		u[i].index = i;
-		u[i].q = q[i];
 		u[i].removal_from = u[i].removal_to = -1;
-		if (r == 0)
-			r = qsm_conn_connect(q[i]);
-		if (r < 0) {
-			printf("FAIL: queue %u: %s\n", i, strerror(-r));
+		if (vm_conn_start(client, &(struct qsm_conn_opts){ .cls = &client_class,
+				  .dst = (struct sockaddr *)&addr,
+				  .policy = { .initial_delay_ms = RETRY_INITIAL_MS, .max_delay_ms = RETRY_MAX_MS },
+				  .user = &u[i] }, i, &q[i]) < 0)
 			return 1;
-		}
+		u[i].q = q[i];
 	}
-	t0 = now_s();
-	while ((live = count_state(q, n, QSM_CM_LIVE)) < n && (now_s() - t0) * 1000 < CONNECT_LIMIT_MS)
-		pump(server, client);
-	t_connect = now_s() - t0;
+	t0 = vm_now();
+	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
+		vm_pump(server, client);
+	t_connect = vm_now() - t0;
 	qsm_ctx_counters(server, &sc);
-	check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
-	check(count_passive() == n, "server holds %u live passive queues (expected %u)", count_passive(), n);
+	vm_check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
+	vm_check(count_passive() == n, "server holds %u live passive queues (expected %u)", count_passive(), n);
 	{
 		unsigned valid = 0;
 
 		for (unsigned i = 0; i < n; i++)
 			valid += qsm_mr_valid(u[i].mr) && u[i].regs == 1;
-		check(valid == n && !sum_errors(u, n), "%u/%u queues registered their MR in qp_ready (errors %u)",
-		      valid, n, sum_errors(u, n));
+		vm_check(valid == n && !sum_errors(u, n), "%u/%u queues registered their MR in qp_ready (errors %u)",
+		         valid, n, sum_errors(u, n));
 	}
-	if (failures)
+	if (vm_failures)
 		goto out;
 
 	/* ---- phase 2: the server goes down: no listener, every passive queue disconnected ---- */
 	printf("== server down: listener destroyed, %u passive queues disconnected\n", count_passive());
-	t0 = now_s();
-	check(qsm_listener_destroy(l) == 0, "qsm_listener_destroy");
+	t0 = vm_now();
+	vm_check(qsm_listener_destroy(l) == 0, "qsm_listener_destroy");
 	l = NULL;
 	for (unsigned i = 0; i < npassive_max; i++)
 		if (passive[i] && qsm_conn_disconnect(passive[i]) < 0)
@@ -422,7 +259,7 @@ int main(int argc, char **argv)
 		double last = 0;
 		unsigned gap = 0, capped = 0, noqp = 0;
 
-		pump(server, client);
+		vm_pump(server, client);
 		for (unsigned i = 0; i < n; i++) {
 			if (qsm_conn_state(q[i]) != QSM_CM_RECONNECT_WAIT)
 				continue;
@@ -434,52 +271,51 @@ int main(int argc, char **argv)
 		}
 		qsm_ctx_counters(server, &sc);
 		if (gap == n && capped == n && noqp == n && sc.queues_live == 0 && sc.devices_live == 0 &&
-		    now_s() - last < 0.25) {
-			t_down = now_s() - t0;
-			quiet = now_s() - last;
+		    vm_now() - last < 0.25) {
+			t_down = vm_now() - t0;
+			quiet = vm_now() - last;
 			break;
 		}
-		if ((now_s() - t0) * 1000 >= DOWN_LIMIT_MS) {
+		if ((vm_now() - t0) * 1000 >= DOWN_LIMIT_MS) {
 			printf("   after %d ms: %u in RECONNECT_WAIT (%u at the backoff cap, %u without QP), "
 			       "server queues %llu devices %llu\n", DOWN_LIMIT_MS, gap, capped, noqp,
 			       (unsigned long long)sc.queues_live, (unsigned long long)sc.devices_live);
 			break;
 		}
 	}
-	check(t_down >= 0, "server down after %.3f s; all %u client queues in RECONNECT_WAIT, no QP, "
-	      "retries at the %u ms cap; the last one entered the gap %.0f ms ago", t_down, n,
-	      RETRY_MAX_MS, quiet * 1000);
+	vm_check(t_down >= 0, "server down after %.3f s; all %u client queues in RECONNECT_WAIT, no QP, "
+	         "retries at the %u ms cap; the last one entered the gap %.0f ms ago", t_down, n,
+	         RETRY_MAX_MS, quiet * 1000);
 	qsm_ctx_counters(client, &cc_down);
 	qsm_ctx_counters(server, &sc);
-	check(sc.queues_live == 0 && sc.devices_live == 0, "server holds no queue (%llu) and no device (%llu)",
-	      (unsigned long long)sc.queues_live, (unsigned long long)sc.devices_live);
-	check(cc_down.devices_live == 1, "client device registry holds the device of the gap (%llu)",
-	      (unsigned long long)cc_down.devices_live);
+	vm_check(sc.queues_live == 0 && sc.devices_live == 0, "server holds no queue (%llu) and no device (%llu)",
+	         (unsigned long long)sc.queues_live, (unsigned long long)sc.devices_live);
+	vm_check(cc_down.devices_live == 1, "client device registry holds the device of the gap (%llu)",
+	         (unsigned long long)cc_down.devices_live);
 	{
 		unsigned valid = 0;
 
 		for (unsigned i = 0; i < n; i++)
 			valid += qsm_mr_valid(u[i].mr);
-		check(valid == n, "%u/%u queues hold their MR in the gap", valid, n);
+		vm_check(valid == n, "%u/%u queues hold their MR in the gap", valid, n);
 	}
 	printf("   client counters so far: reconnects %llu, unexpected %llu, action_errors %llu\n",
 	       (unsigned long long)cc_down.reconnects, (unsigned long long)cc_down.unexpected,
 	       (unsigned long long)cc_down.action_errors);
-	if (failures)
+	if (vm_failures)
 		goto out;
 
 	/* ---- phase 3: remove the device with every queue in the gap ---- */
 	printf("== rdma link delete %s (limit %d ms), dispatching meanwhile\n", dev, DELETE_LIMIT_MS);
-	t_delete = run_dispatching(server, client, del_cmd, DELETE_WAIT_MS, &st);
-	check(t_delete >= 0 && t_delete * 1000 < DELETE_LIMIT_MS, "rdma link delete %s returned after %.3f s "
-	      "(limit %d ms)", dev, t_delete, DELETE_LIMIT_MS);
+	t_delete = vm_rdma_link_delete(server, client, dev, DELETE_WAIT_MS, &st);
+	vm_check(t_delete >= 0 && t_delete * 1000 < DELETE_LIMIT_MS, "rdma link delete %s returned after %.3f s "
+	         "(limit %d ms)", dev, t_delete, DELETE_LIMIT_MS);
 	if (t_delete < 0)
 		goto out;
-	check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rdma link delete exit status %d",
-	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	t0 = now_s();
-	while ((now_s() - t0) * 1000 < SETTLE_MS)
-		pump(server, client);
+	vm_check(vm_exit_code(st) == 0, "rdma link delete exit status %d", vm_exit_code(st));
+	t0 = vm_now();
+	while ((vm_now() - t0) * 1000 < SETTLE_MS)
+		vm_pump(server, client);
 	{
 		unsigned once = 0, selfloop = 0, invalid = 0, valid_in_handler = 0, nodev = 0;
 
@@ -497,35 +333,35 @@ int main(int argc, char **argv)
 			if (r == 0)
 				qsm_mr_dereg(m);
 		}
-		check(once == n, "%u/%u device_removed handlers ran exactly once", once, n);
-		check(selfloop == n, "%u/%u queues took RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT",
-		      selfloop, n);
-		check(valid_in_handler == n, "%u/%u MRs still valid inside device_removed", valid_in_handler, n);
-		check(invalid == n, "%u/%u MRs invalid after the removal (qsm_mr_valid 0)", invalid, n);
-		check(nodev == n, "%u/%u qsm_conn_reg_mr in the deviceless gap: -ENODEV", nodev, n);
+		vm_check(once == n, "%u/%u device_removed handlers ran exactly once", once, n);
+		vm_check(selfloop == n, "%u/%u queues took RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT",
+		         selfloop, n);
+		vm_check(valid_in_handler == n, "%u/%u MRs still valid inside device_removed", valid_in_handler, n);
+		vm_check(invalid == n, "%u/%u MRs invalid after the removal (qsm_mr_valid 0)", invalid, n);
+		vm_check(nodev == n, "%u/%u qsm_conn_reg_mr in the deviceless gap: -ENODEV", nodev, n);
 		for (unsigned i = 0; i < n && (once < n || selfloop < n); i++)
 			if (u[i].removals != 1 || u[i].removal_from != QSM_CM_RECONNECT_WAIT)
 				printf("   queue %u: %u removals, last %s -> %s\n", i, u[i].removals,
-				       cm_state_name(u[i].removal_from), cm_state_name(u[i].removal_to));
+				       vm_cm_state_name(u[i].removal_from), vm_cm_state_name(u[i].removal_to));
 	}
 	qsm_ctx_counters(server, &sc);
 	qsm_ctx_counters(client, &cc);
-	check(cc.device_removals - cc_down.device_removals == n, "client counters: %llu DEVICE_REMOVAL edges",
-	      (unsigned long long)(cc.device_removals - cc_down.device_removals));
-	check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
-	      (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
-	check(cc.queues_live == n, "client still holds %llu queues", (unsigned long long)cc.queues_live);
-	check(kill(getpid(), 0) == 0, "process alive (pid %d)", (int)getpid());
-	if (failures)
+	vm_check(cc.device_removals - cc_down.device_removals == n, "client counters: %llu DEVICE_REMOVAL edges",
+	         (unsigned long long)(cc.device_removals - cc_down.device_removals));
+	vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
+	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
+	vm_check(cc.queues_live == n, "client still holds %llu queues", (unsigned long long)cc.queues_live);
+	vm_check(kill(getpid(), 0) == 0, "process alive (pid %d)", (int)getpid());
+	if (vm_failures)
 		goto out;
 
 	/* ---- phase 4: the device and the server come back ---- */
 	printf("== rdma link add %s type rxe netdev %s; a new listener; waiting for %u queues (limit %d ms)\n",
 	       dev, netdev, n, RECONNECT_LIMIT_MS);
-	t0 = now_s();
-	t_add = run_dispatching(server, client, add_cmd, DELETE_WAIT_MS, &st);
-	check(t_add >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rdma link add: %.3f s, exit %d", t_add,
-	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	t0 = vm_now();
+	t_add = vm_rdma_link_add(server, client, dev, netdev, DELETE_WAIT_MS, &st);
+	vm_check(t_add >= 0 && vm_exit_code(st) == 0, "rdma link add: %.3f s, exit %d", t_add,
+	         vm_exit_code(st));
 	if (t_add < 0)
 		goto out;
 	/* binding the listener's address fails until the device serves it */
@@ -533,31 +369,31 @@ int main(int argc, char **argv)
 		double next = 0;
 		int last_err = 0;
 
-		while ((now_s() - t0) * 1000 < LISTEN_LIMIT_MS) {
-			if (now_s() >= next) {
+		while ((vm_now() - t0) * 1000 < LISTEN_LIMIT_MS) {
+			if (vm_now() >= next) {
 				r = qsm_listener_new(server, &lopts, &l);
 				if (r == 0) {
-					t_listen = now_s() - t0;
+					t_listen = vm_now() - t0;
 					break;
 				}
 				last_err = r;
 				l = NULL;
-				next = now_s() + 0.1;
+				next = vm_now() + 0.1;
 			}
-			pump(server, client);
+			vm_pump(server, client);
 		}
-		check(l != NULL, "new listener after %.3f s (last error: %s)", t_listen,
-		      last_err ? strerror(-last_err) : "none");
+		vm_check(l != NULL, "new listener after %.3f s (last error: %s)", t_listen,
+		         last_err ? strerror(-last_err) : "none");
 	}
 	if (!l)
 		goto out;
-	while ((live = count_state(q, n, QSM_CM_LIVE)) < n && (now_s() - t0) * 1000 < RECONNECT_LIMIT_MS)
-		pump(server, client);
+	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < RECONNECT_LIMIT_MS)
+		vm_pump(server, client);
 	if (live == n)
-		t_reconnect = now_s() - t0;
-	check(live == n, "%u/%u client queues LIVE again, %.3f s after rdma link add started", live, n,
-	      t_reconnect);
-	check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING");
+		t_reconnect = vm_now() - t0;
+	vm_check(live == n, "%u/%u client queues LIVE again, %.3f s after rdma link add started", live, n,
+	         t_reconnect);
+	vm_check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING");
 	{
 		unsigned valid = 0, twice = 0;
 
@@ -565,17 +401,17 @@ int main(int argc, char **argv)
 			valid += qsm_mr_valid(u[i].mr);
 			twice += u[i].regs == 2 && u[i].lives == 2;
 		}
-		check(valid == n && twice == n && !sum_errors(u, n),
-		      "%u/%u MRs registered again on the new device (%u with 2 registrations and 2 LIVEs; errors %u)",
-		      valid, n, twice, sum_errors(u, n));
+		vm_check(valid == n && twice == n && !sum_errors(u, n),
+		         "%u/%u MRs registered again on the new device (%u with 2 registrations and 2 LIVEs; errors %u)",
+		         valid, n, twice, sum_errors(u, n));
 	}
 	qsm_ctx_counters(client, &cc);
 	qsm_ctx_counters(server, &sc);
-	check(cc.devices_live == 1 && sc.devices_live == 1 && sc.queues_live == n,
-	      "registries hold the new device (client %llu, server %llu); server queues %llu",
-	      (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live,
-	      (unsigned long long)sc.queues_live);
-	if (failures)
+	vm_check(cc.devices_live == 1 && sc.devices_live == 1 && sc.queues_live == n,
+	         "registries hold the new device (client %llu, server %llu); server queues %llu",
+	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live,
+	         (unsigned long long)sc.queues_live);
+	if (vm_failures)
 		goto out;
 
 	/* ---- phase 5: close for good ---- */
@@ -583,7 +419,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n; i++)
 		if (qsm_conn_disconnect(q[i]) < 0)
 			u[i].errors++;
-	t0 = now_s();
+	t0 = vm_now();
 	for (;;) {
 		unsigned closed = 0;
 
@@ -594,18 +430,18 @@ int main(int argc, char **argv)
 		}
 		qsm_ctx_counters(server, &sc);
 		if (closed == n && sc.queues_live == 0) {
-			t_close = now_s() - t0;
+			t_close = vm_now() - t0;
 			break;
 		}
-		if ((now_s() - t0) * 1000 >= CLOSE_LIMIT_MS)
+		if ((vm_now() - t0) * 1000 >= CLOSE_LIMIT_MS)
 			break;
-		pump(server, client);
+		vm_pump(server, client);
 	}
 	qsm_ctx_counters(client, &cc);
-	check(t_close >= 0 && cc.queues_live == 0 && cc.devices_live == 0 && sc.devices_live == 0,
-	      "all closed after %.3f s (client queues %llu, server queues %llu, devices %llu/%llu)", t_close,
-	      (unsigned long long)cc.queues_live, (unsigned long long)sc.queues_live,
-	      (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
+	vm_check(t_close >= 0 && cc.queues_live == 0 && cc.devices_live == 0 && sc.devices_live == 0,
+	         "all closed after %.3f s (client queues %llu, server queues %llu, devices %llu/%llu)", t_close,
+	         (unsigned long long)cc.queues_live, (unsigned long long)sc.queues_live,
+	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
 
 out:
 	qsm_ctx_counters(server, &sc);
@@ -620,22 +456,19 @@ out:
 	       (unsigned long long)cc.queues_live, (unsigned long long)sc.device_removals,
 	       (unsigned long long)sc.unexpected, (unsigned long long)sc.devices_live,
 	       (unsigned long long)sc.queues_live);
-	if (failures)
+	if (vm_failures)
 		for (unsigned i = 0; i < n; i++)
 			if (q[i] && qsm_conn_state(q[i]) != QSM_CM_LIVE)
 				printf("   queue %u: %s, %u removals, %u attempts, %u lives, %u regs\n", i,
 				       qsm_conn_state_name(q[i]), u[i].removals, qsm_conn_attempts(q[i]),
 				       u[i].lives, u[i].regs);
-	qsm_ctx_free(client);
-	qsm_ctx_free(server);
-	if (trace_out && trace_out != stdout)
-		fclose(trace_out);
+	vm_ctxs_free(server, client);
 	free(q);
 	free(u);
 	free(passive);
 	printf("== summary: N=%u connect %.3f s, server down -> all in the gap %.3f s, delete %.3f s, "
 	       "re-add %.3f s, new listener %.3f s and all LIVE %.3f s after re-add started, close %.3f s: %s\n",
 	       n, t_connect, t_down, t_delete, t_add, t_listen, t_reconnect, t_close,
-	       failures ? "FAILED" : "PASS");
-	return failures ? 1 : 0;
+	       vm_failures ? "FAILED" : "PASS");
+	return vm_failures ? 1 : 0;
 }

@@ -11,21 +11,17 @@
  *                                (veth0), QSM_VM_ADDR (192.0.2.1), QSM_REMOVAL_PORT (7471).
  * Exit 0 only if every check passed.  Needs root (rdma link) and a soft-RoCE device.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <qsm/qsm.h>
-#include <qsm/rdmacm.h>
+
+#include "common.h"
 
 #define CONNECT_LIMIT_MS 60000
 #define DELETE_LIMIT_MS 30000
@@ -34,7 +30,7 @@
 
 #define EXCHANGE_LIMIT_MS 30000
 #define CLOSE_LIMIT_MS 30000
-#define MSG_LEN 64
+#define MSG_LEN VM_MSG_LEN
 
 enum { WR_RECV = 1, WR_SPARE, WR_LATE, WR_SEND };
 
@@ -55,53 +51,6 @@ struct queue {
 	char rbuf[MSG_LEN], sbuf[MSG_LEN];
 };
 
-/* Per server (passive) queue: its buffers. */
-struct echo {
-	struct qsm_mr *mr;
-	char rbuf[MSG_LEN], sbuf[MSG_LEN + 8];
-};
-
-static FILE *trace_out;
-static unsigned failures;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void check(bool ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s: ", ok ? "ok  " : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (!ok)
-		failures++;
-}
-
-static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
-{
-	return (struct qsm_sge){ .addr = (uintptr_t)buf, .length = len, .lkey = qsm_mr_lkey(mr) };
-}
-
-/* Buffers registered on the queue's current device: again after the device went away. */
-static int reg_buffers(struct qsm_conn *q, struct qsm_mr **mr, void *buf, size_t len)
-{
-	if (qsm_mr_valid(*mr))
-		return 0;
-	if (*mr)
-		qsm_mr_dereg(*mr);
-	*mr = NULL;
-	return qsm_conn_reg_mr(q, buf, len, QSM_ACCESS_LOCAL_WRITE, mr);
-}
-
 static int on_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	(void)ev;
@@ -117,14 +66,14 @@ static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 
 	(void)ev;
 	u->lives++;
-	if (reg_buffers(q, &u->mr, u, sizeof(*u)) < 0) {
+	if (vm_reg_buffer(q, &u->mr, u, sizeof(*u)) < 0) {
 		u->errors++;
 		return 0;
 	}
 	memset(u->rbuf, 0, sizeof(u->rbuf));
 	snprintf(u->sbuf, sizeof(u->sbuf), "queue %u life %u", u->index, u->lives);
-	rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
-	ss = sge_of(u->sbuf, (uint32_t)strlen(u->sbuf) + 1, u->mr);
+	rs = vm_sge(u->rbuf, sizeof(u->rbuf), u->mr);
+	ss = vm_sge(u->sbuf, (uint32_t)strlen(u->sbuf) + 1, u->mr);
 	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
 	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
 		u->errors++;
@@ -135,7 +84,7 @@ static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 static int on_disconnecting(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct queue *u = qsm_conn_user(q);
-	struct qsm_sge rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
+	struct qsm_sge rs = vm_sge(u->rbuf, sizeof(u->rbuf), u->mr);
 
 	(void)ev;
 	u->late_post = qsm_conn_post_recv(q, WR_LATE, &rs, 1);
@@ -169,7 +118,7 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		return 0;
 	}
 	if (wc->wr_id == WR_RECV) {
-		struct qsm_sge rs = sge_of(u->rbuf, sizeof(u->rbuf), u->mr);
+		struct qsm_sge rs = vm_sge(u->rbuf, sizeof(u->rbuf), u->mr);
 
 		snprintf(want, sizeof(want), "echo: queue %u life %u", u->index, u->lives);
 		if (wc->opcode != QSM_WR_RECV || wc->byte_len != strlen(want) + 1 || strcmp(u->rbuf, want)) {
@@ -213,42 +162,25 @@ static unsigned server_errors, server_echoes;
 
 static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
-	struct echo *e = qsm_conn_priv(q);
-	struct qsm_sge rs;
-
 	(void)ev;
-	if (reg_buffers(q, &e->mr, e, sizeof(*e)) < 0) {
-		server_errors++;
-		return 0;
-	}
-	rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr);
-	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0)
+	if (vm_echo_qp_ready(q, qsm_conn_priv(q)) < 0)
 		server_errors++;
 	return 0;
 }
 
-/* Every message comes back as "echo: <message>". */
 static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
-	struct echo *e = qsm_conn_priv(q);
-	struct qsm_sge rs = sge_of(e->rbuf, sizeof(e->rbuf), e->mr), ss;
-
-	if (wc->status == QSM_WC_WR_FLUSH_ERR)
-		return 0;
-	if (wc->status != QSM_WC_SUCCESS) {
-		server_errors++;
-		return 0;
-	}
-	if (wc->wr_id != WR_RECV)
-		return 0;
-	e->rbuf[sizeof(e->rbuf) - 1] = 0;
-	snprintf(e->sbuf, sizeof(e->sbuf), "echo: %s", e->rbuf);
-	ss = sge_of(e->sbuf, (uint32_t)strlen(e->sbuf) + 1, e->mr);
-	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
-	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
-		server_errors++;
-	else
+	switch (vm_echo_completion(q, qsm_conn_priv(q), wc)) {
+	case VM_ECHO_SENT:
 		server_echoes++;
+		break;
+	case VM_ECHO_BAD_STATUS:
+	case VM_ECHO_POST_FAILED:
+		server_errors++;
+		break;
+	case VM_ECHO_NOTHING:
+		break;
+	}
 	return 0;
 }
 
@@ -256,48 +188,10 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 static const struct qsm_class server_class = {
 	.name = "removal_server",
 	.super = &qsm_base_class,
-	.priv_size = sizeof(struct echo),
+	.priv_size = sizeof(struct vm_echo),
 	.qp_ready = server_qp_ready,
 	.completion = server_completion,
 };
-
-static void print_trace(const struct qsm_trace_record *r, void *arg)
-{
-	fprintf(trace_out, "%s %10.6f %s %s#%u %s --%s%s%.0d--> %s\n", (const char *)arg,
-		(double)r->time_ns / 1e9, r->kind, r->class_name ? r->class_name : "-", r->id, r->from,
-		r->event ? r->event : "?", r->status ? " status=" : "", r->status,
-		r->to ? r->to : "(unexpected: stays)");
-}
-
-/* One round of the host loop: wait on both ctxs (at most 10 ms), dispatch both until idle. */
-static void pump(struct qsm_ctx *a, struct qsm_ctx *b)
-{
-	struct pollfd pfd[2] = { { .fd = qsm_ctx_fd(a), .events = POLLIN },
-				 { .fd = qsm_ctx_fd(b), .events = POLLIN } };
-	int ta = qsm_ctx_next_timeout_ms(a), tb = qsm_ctx_next_timeout_ms(b), wait = 10;
-
-	if (ta >= 0 && ta < wait)
-		wait = ta;
-	if (tb >= 0 && tb < wait)
-		wait = tb;
-	if (wait > 0)
-		poll(pfd, 2, wait);
-	for (int round = 0; round < 1000; round++) {
-		int n = qsm_ctx_dispatch(a, 0), m = qsm_ctx_dispatch(b, 0);
-
-		if (n <= 0 && m <= 0)
-			break;
-	}
-}
-
-static unsigned count_state(struct qsm_conn **q, unsigned n, int state)
-{
-	unsigned c = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		c += q[i] && qsm_conn_state(q[i]) == state;
-	return c;
-}
 
 static unsigned count_exchanged(const struct queue *u, unsigned n, unsigned at_least)
 {
@@ -312,11 +206,11 @@ static unsigned count_exchanged(const struct queue *u, unsigned n, unsigned at_l
 static double wait_exchanged(struct qsm_ctx *a, struct qsm_ctx *b, const struct queue *u, unsigned n,
 			     unsigned rounds)
 {
-	double t0 = now_s();
+	double t0 = vm_now();
 
-	while (count_exchanged(u, n, rounds) < n && (now_s() - t0) * 1000 < EXCHANGE_LIMIT_MS)
-		pump(a, b);
-	return now_s() - t0;
+	while (count_exchanged(u, n, rounds) < n && (vm_now() - t0) * 1000 < EXCHANGE_LIMIT_MS)
+		vm_pump(a, b);
+	return vm_now() - t0;
 }
 
 static unsigned sum_errors(const struct queue *u, unsigned n)
@@ -328,207 +222,127 @@ static unsigned sum_errors(const struct queue *u, unsigned n)
 	return c;
 }
 
-static pid_t spawn(char *const argv[])
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-/* Run a command while both ctxs keep dispatching; its wall time, or < 0 if it did not end. */
-static double run_dispatching(struct qsm_ctx *a, struct qsm_ctx *b, char *const argv[], int limit_ms,
-			      int *status)
-{
-	double t0 = now_s();
-	pid_t pid = spawn(argv);
-
-	if (pid < 0)
-		return -1;
-	while ((now_s() - t0) * 1000 < limit_ms) {
-		pid_t w = waitpid(pid, status, WNOHANG);
-
-		if (w == pid)
-			return now_s() - t0;
-		pump(a, b);
-	}
-	{
-		char path[64], line[256];
-		FILE *st;
-
-		snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
-		st = fopen(path, "r");
-		printf("   '%s %s ...' still running after %d ms; its kernel stack:\n", argv[0], argv[1],
-		       limit_ms);
-		while (st && fgets(line, sizeof(line), st))
-			printf("     %s", line);
-		if (st)
-			fclose(st);
-	}
-	return -1;
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : def;
-}
-
 int main(int argc, char **argv)
 {
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 100;
-	const char *dev = env_or("QSM_VM_DEV", "rxe0"), *netdev = env_or("QSM_VM_NETDEV", "veth0");
-	const char *ip = env_or("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_port = htons((uint16_t)atoi(env_or("QSM_REMOVAL_PORT", "7471"))) };
-	struct qsm_fabric *fs, *fc;
+	const char *dev = vm_env("QSM_VM_DEV", "rxe0"), *netdev = vm_env("QSM_VM_NETDEV", "veth0");
+	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
+	struct sockaddr_in addr;
+	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_REMOVAL_PORT", "7471");
 	struct qsm_ctx *server, *client;
 	struct qsm_listener *l;
 	struct qsm_conn **q;
 	struct qsm_counters cc, sc;
-	char *del_cmd[] = { "rdma", "link", "delete", (char *)dev, NULL };
-	char *add_cmd[] = { "rdma", "link", "add", (char *)dev, "type", "rxe", "netdev", (char *)netdev, NULL };
 	double t0, t_connect, t_delete = -1, t_gap = -1, t_add, t_reconnect = -1;
 	double t_data1 = -1, t_data2 = -1, t_close = -1;
 	struct queue *u;
 	unsigned removed = 0, live;
-	int r, st = 0;
+	int st = 0;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGPIPE, SIG_IGN);
+	vm_init_stdio();
 	setenv("QSM_RDMACM_STATS", "1", 0);   /* the backend's completion statistics at the end */
-	if (!n || n > 10000 || inet_pton(AF_INET, ip, &addr.sin_addr) != 1) {
+	if (!n || n > 10000 || !addr_ok) {
 		fprintf(stderr, "usage: removal [N (1..10000) [TRACE_FILE|-]]\n");
 		return 2;
 	}
-	if (argc > 2) {
-		trace_out = strcmp(argv[2], "-") ? fopen(argv[2], "w") : stdout;
-		if (!trace_out) {
-			perror(argv[2]);
-			return 2;
-		}
-	}
+	if (vm_trace_open(argc, argv) < 0)
+		return 2;
 	q = calloc(n, sizeof(*q));
 	u = calloc(n, sizeof(*u));
 	if (!q || !u)
 		return 2;
 
-	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
-		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
+	if (vm_ctxs_new(&server, &client) < 0)
 		return 1;
-	}
-	if ((r = qsm_ctx_new(&server, &(struct qsm_ctx_opts){ .fabric = fs })) < 0 ||
-	    (r = qsm_ctx_new(&client, &(struct qsm_ctx_opts){ .fabric = fc })) < 0) {
-		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
+	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
+			    .cls = &server_class, .backlog = 1024,
+			    .relisten = { .initial_delay_ms = 500, .max_delay_ms = 1000 } }, ip, &l) < 0)
 		return 1;
-	}
-	if (trace_out) {
-		qsm_ctx_set_trace(server, print_trace, "server");
-		qsm_ctx_set_trace(client, print_trace, "client");
-	}
-	r = qsm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
-			     .cls = &server_class, .backlog = 1024,
-			     .relisten = { .initial_delay_ms = 500, .max_delay_ms = 1000 } }, &l);
-	if (r < 0) {
-		printf("FAIL: qsm_listener_new %s:%u: %s\n", ip, ntohs(addr.sin_port), strerror(-r));
-		return 1;
-	}
 
 	/* ---- connect ---- */
 	printf("== %u queues connect to %s:%u\n", n, ip, ntohs(addr.sin_port));
 	for (unsigned i = 0; i < n; i++) {
-		r = qsm_conn_new(client, &(struct qsm_conn_opts){ .cls = &client_class,
-				 .dst = (struct sockaddr *)&addr,
-				 .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 },
-				 .user = &u[i] },
-				 &q[i]);
 		u[i].index = i;
-		u[i].q = q[i];
-		if (r == 0)
-			r = qsm_conn_connect(q[i]);
-		if (r < 0) {
-			printf("FAIL: queue %u: %s\n", i, strerror(-r));
+		if (vm_conn_start(client, &(struct qsm_conn_opts){ .cls = &client_class,
+				  .dst = (struct sockaddr *)&addr,
+				  .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 },
+				  .user = &u[i] }, i, &q[i]) < 0)
 			return 1;
-		}
+		u[i].q = q[i];
 	}
-	t0 = now_s();
-	while ((live = count_state(q, n, QSM_CM_LIVE)) < n && (now_s() - t0) * 1000 < CONNECT_LIMIT_MS)
-		pump(server, client);
-	t_connect = now_s() - t0;
+	t0 = vm_now();
+	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
+		vm_pump(server, client);
+	t_connect = vm_now() - t0;
 	qsm_ctx_counters(server, &sc);
-	check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
-	check(sc.queues_live == n, "server holds %llu passive queues (expected %u)",
-	      (unsigned long long)sc.queues_live, n);
-	check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING");
-	if (failures)
+	vm_check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
+	vm_check(sc.queues_live == n, "server holds %llu passive queues (expected %u)",
+	         (unsigned long long)sc.queues_live, n);
+	vm_check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING");
+	if (vm_failures)
 		goto out;
 	t_data1 = wait_exchanged(server, client, u, n, 1);
-	check(count_exchanged(u, n, 1) == n && !sum_errors(u, n) && !server_errors,
-	      "%u/%u queues exchanged a message (send, echo, recv), %.3f s after all were LIVE; errors: client %u, server %u",
-	      count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), server_errors);
-	if (failures)
+	vm_check(count_exchanged(u, n, 1) == n && !sum_errors(u, n) && !server_errors,
+	         "%u/%u queues exchanged a message (send, echo, recv), %.3f s after all were LIVE; errors: client %u, server %u",
+	         count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), server_errors);
+	if (vm_failures)
 		goto out;
 
 	/* ---- remove the device with every queue live ---- */
 	printf("== rdma link delete %s (limit %d ms), dispatching meanwhile\n", dev, DELETE_LIMIT_MS);
-	t_delete = run_dispatching(server, client, del_cmd, DELETE_LIMIT_MS, &st);
-	check(t_delete >= 0, "rdma link delete %s completed: %.3f s", dev, t_delete);
+	t_delete = vm_rdma_link_delete(server, client, dev, DELETE_LIMIT_MS, &st);
+	vm_check(t_delete >= 0, "rdma link delete %s completed: %.3f s", dev, t_delete);
 	if (t_delete < 0)
 		goto out;
-	check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rdma link delete exit status %d",
-	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	vm_check(vm_exit_code(st) == 0, "rdma link delete exit status %d", vm_exit_code(st));
 
 	/* Every client queue heard DEVICE_REMOVAL and waits in the gap; retries into a
 	 * deviceless network keep them cycling, so sample until all sit there at once. */
-	t0 = now_s();
-	while ((now_s() - t0) * 1000 < GAP_LIMIT_MS) {
-		pump(server, client);
-		if (count_state(q, n, QSM_CM_RECONNECT_WAIT) == n) {
-			t_gap = now_s() - t0;
+	t0 = vm_now();
+	while ((vm_now() - t0) * 1000 < GAP_LIMIT_MS) {
+		vm_pump(server, client);
+		if (vm_count_state(q, n, QSM_CM_RECONNECT_WAIT) == n) {
+			t_gap = vm_now() - t0;
 			break;
 		}
 	}
 	for (unsigned i = 0; i < n; i++)
 		removed += u[i].removals >= 1;
-	check(removed == n, "%u/%u client queues took DEVICE_REMOVAL", removed, n);
-	check(t_gap >= 0, "%u/%u client queues in RECONNECT_WAIT (%u seen at the end)", t_gap >= 0 ? n : 0,
-	      n, count_state(q, n, QSM_CM_RECONNECT_WAIT));
+	vm_check(removed == n, "%u/%u client queues took DEVICE_REMOVAL", removed, n);
+	vm_check(t_gap >= 0, "%u/%u client queues in RECONNECT_WAIT (%u seen at the end)", t_gap >= 0 ? n : 0,
+	         n, vm_count_state(q, n, QSM_CM_RECONNECT_WAIT));
 	qsm_ctx_counters(server, &sc);
 	qsm_ctx_counters(client, &cc);
-	check(sc.queues_live == 0, "server passive queues closed (%llu left)", (unsigned long long)sc.queues_live);
-	check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
-	      (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
-	check(qsm_listener_state(l) == QSM_LISTENER_RELISTEN_WAIT, "listener in RELISTEN_WAIT (state %d)",
-	      qsm_listener_state(l));
-	check(kill(getpid(), 0) == 0, "process alive (pid %d)", (int)getpid());
+	vm_check(sc.queues_live == 0, "server passive queues closed (%llu left)", (unsigned long long)sc.queues_live);
+	vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
+	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
+	vm_check(qsm_listener_state(l) == QSM_LISTENER_RELISTEN_WAIT, "listener in RELISTEN_WAIT (state %d)",
+	         qsm_listener_state(l));
+	vm_check(kill(getpid(), 0) == 0, "process alive (pid %d)", (int)getpid());
 
 	/* ---- add it back ---- */
 	printf("== rdma link add %s type rxe netdev %s; waiting for %u queues (limit %d ms)\n", dev, netdev,
 	       n, RECONNECT_LIMIT_MS);
-	t0 = now_s();
-	t_add = run_dispatching(server, client, add_cmd, DELETE_LIMIT_MS, &st);
-	check(t_add >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rdma link add: %.3f s, exit %d", t_add,
-	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	while ((live = count_state(q, n, QSM_CM_LIVE)) < n && (now_s() - t0) * 1000 < RECONNECT_LIMIT_MS)
-		pump(server, client);
+	t0 = vm_now();
+	t_add = vm_rdma_link_add(server, client, dev, netdev, DELETE_LIMIT_MS, &st);
+	vm_check(t_add >= 0 && vm_exit_code(st) == 0, "rdma link add: %.3f s, exit %d", t_add,
+	         vm_exit_code(st));
+	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < RECONNECT_LIMIT_MS)
+		vm_pump(server, client);
 	if (live == n)
-		t_reconnect = now_s() - t0;
-	check(live == n, "%u/%u client queues LIVE again, %.3f s after rdma link add started", live, n,
-	      t_reconnect);
-	check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING again");
-	if (failures)
+		t_reconnect = vm_now() - t0;
+	vm_check(live == n, "%u/%u client queues LIVE again, %.3f s after rdma link add started", live, n,
+	         t_reconnect);
+	vm_check(qsm_listener_state(l) == QSM_LISTENER_LISTENING, "listener LISTENING again");
+	if (vm_failures)
 		goto out;
 
 	/* ---- data again, on the new device ---- */
 	t_data2 = wait_exchanged(server, client, u, n, 2);
-	check(count_exchanged(u, n, 2) == n && !sum_errors(u, n) && !server_errors,
-	      "%u/%u queues exchanged a message again after the reconnect, %.3f s after all were LIVE; errors: client %u, "
-	      "server %u", count_exchanged(u, n, 2), n, t_data2, sum_errors(u, n), server_errors);
-	if (failures)
+	vm_check(count_exchanged(u, n, 2) == n && !sum_errors(u, n) && !server_errors,
+	         "%u/%u queues exchanged a message again after the reconnect, %.3f s after all were LIVE; errors: client %u, "
+	         "server %u", count_exchanged(u, n, 2), n, t_data2, sum_errors(u, n), server_errors);
+	if (vm_failures)
 		goto out;
 
 	/* ---- disconnect all: the spare receive and one posted after ERR flush, then DRAINED ---- */
@@ -536,7 +350,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n; i++)
 		if (qsm_conn_disconnect(q[i]) < 0)
 			u[i].errors++;
-	t0 = now_s();
+	t0 = vm_now();
 	for (;;) {
 		unsigned closed = 0;
 
@@ -546,12 +360,12 @@ int main(int argc, char **argv)
 			closed += u[i].released;
 		}
 		if (closed == n) {
-			t_close = now_s() - t0;
+			t_close = vm_now() - t0;
 			break;
 		}
-		if ((now_s() - t0) * 1000 >= CLOSE_LIMIT_MS)
+		if ((vm_now() - t0) * 1000 >= CLOSE_LIMIT_MS)
 			break;
-		pump(server, client);
+		vm_pump(server, client);
 	}
 	{
 		unsigned closed = 0, drained = 0, flushed2 = 0, late = 0, late_post_ok = 0;
@@ -563,15 +377,15 @@ int main(int argc, char **argv)
 			late += u[i].late;
 			late_post_ok += u[i].late_post == 0;
 		}
-		check(closed == n, "%u/%u client queues closed after disconnect (%.3f s)", closed, n, t_close);
-		check(drained == n, "%u/%u drained by DRAINED (not the drain timeout)", drained, n);
-		check(late_post_ok == n, "%u/%u receives posted after ERR accepted", late_post_ok, n);
-		check(flushed2 == n && !late,
-		      "%u/%u queues got both receives back flushed before DRAINED; %u completions after it",
-		      flushed2, n, late);
-		check(!sum_errors(u, n) && !server_errors, "no data path errors (client %u, server %u; "
-		      "server echoed %u messages)", sum_errors(u, n), server_errors, server_echoes);
-		for (unsigned i = 0; i < n && failures; i++)
+		vm_check(closed == n, "%u/%u client queues closed after disconnect (%.3f s)", closed, n, t_close);
+		vm_check(drained == n, "%u/%u drained by DRAINED (not the drain timeout)", drained, n);
+		vm_check(late_post_ok == n, "%u/%u receives posted after ERR accepted", late_post_ok, n);
+		vm_check(flushed2 == n && !late,
+		         "%u/%u queues got both receives back flushed before DRAINED; %u completions after it",
+		         flushed2, n, late);
+		vm_check(!sum_errors(u, n) && !server_errors, "no data path errors (client %u, server %u; "
+		         "server echoed %u messages)", sum_errors(u, n), server_errors, server_echoes);
+		for (unsigned i = 0; i < n && vm_failures; i++)
 			if (!u[i].released || !u[i].drained || u[i].flushed_at_drained != 2 || u[i].late ||
 			    u[i].errors)
 				printf("   queue %u: released %d drained %d flushed %u (at DRAINED %u) late %u "
@@ -589,21 +403,18 @@ out:
 	       (unsigned long long)cc.unexpected, (unsigned long long)cc.action_errors,
 	       (unsigned long long)sc.device_removals, (unsigned long long)sc.unexpected,
 	       (unsigned long long)sc.queues_live);
-	if (failures)
+	if (vm_failures)
 		for (unsigned i = 0; i < n; i++)
 			if (q[i] && qsm_conn_state(q[i]) != QSM_CM_LIVE)
 				printf("   queue %u: %s, %u removals, %u attempts, %u exchanged\n", i,
 				       qsm_conn_state_name(q[i]), u[i].removals, qsm_conn_attempts(q[i]),
 				       u[i].exchanged);
-	qsm_ctx_free(client);
-	qsm_ctx_free(server);
-	if (trace_out && trace_out != stdout)
-		fclose(trace_out);
+	vm_ctxs_free(server, client);
 	free(q);
 	free(u);
 	printf("== summary: N=%u connect %.3f s, data %.3f s, delete %.3f s, all in RECONNECT_WAIT %.3f s "
 	       "after, reconnect %.3f s after re-add, data %.3f s, disconnect+drain %.3f s: %s\n", n,
 	       t_connect, t_data1, t_delete, t_gap, t_reconnect, t_data2, t_close,
-	       failures ? "FAILED" : "PASS");
-	return failures ? 1 : 0;
+	       vm_failures ? "FAILED" : "PASS");
+	return vm_failures ? 1 : 0;
 }

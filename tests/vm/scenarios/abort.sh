@@ -6,41 +6,12 @@
 # The binary: BINARY, else $QSM_ABORT_BIN, else ./tests/vm/abort (run from the top of the build
 # tree). The transition trace goes to $QSM_VM_OUT/abort.trace; its tail is printed on failure.
 set -u
+# tests/vm/run copies only this file into the guest: the library comes from the (read-only) host tree.
+# shellcheck source=tests/vm/lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
-n=${1:-10}
-bin=${2:-${QSM_ABORT_BIN:-./tests/vm/abort}}
-dev=${QSM_VM_DEV:-rxe0}
-out=${QSM_VM_OUT:-/tmp}
-trace=$out/abort.trace
-
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-
-[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
-[[ -x $bin ]] || fail "$bin not found or not executable (build it, or set QSM_ABORT_BIN)"
-command -v rdma >/dev/null || fail "rdma (iproute2) not installed"
-
-# rxe0 must be up before the test starts (bounded by wall clock).
-end=$((${EPOCHREALTIME/./} + 10000000))
-while ((${EPOCHREALTIME/./} < end)); do
-	rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE' && break
-	sleep 0.1
-done
-rdma link show "$dev/1" | grep -q 'state ACTIVE' || fail "$dev is not ACTIVE"
-
-echo "== $bin $n (trace: $trace)"
-timeout --signal=KILL 180 "$bin" "$n" "$trace"
-rc=$?
-if [[ $rc != 0 ]]; then
-	echo "== last 60 trace lines"
-	tail -n 60 "$trace" 2>/dev/null
-	echo "== dmesg (tail)"
-	dmesg | tail -n 30
-	fail "abort test exited $rc"
-fi
-echo "   trace: $(wc -l <"$trace") transitions"
+vm_setup abort 10 QSM_ABORT_BIN "$@"
+vm_run_test abort 180
 echo "== trace: every client queue's ABORT edge"
 grep -E '^client .* conn .* --ABORT--> ' "$trace"
 aborted=$(grep -E '^client .* conn .* --ABORT--> CLOSED$' "$trace" | awk '{ print $4 }' | sort -u)

@@ -7,43 +7,12 @@
 # The binary: BINARY, else $QSM_GAP_BIN, else ./tests/vm/gap (run from the top of the build
 # tree). The transition trace goes to $QSM_VM_OUT/gap.trace; its tail is printed on failure.
 set -u
+# tests/vm/run copies only this file into the guest: the library comes from the (read-only) host tree.
+# shellcheck source=tests/vm/lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
-n=${1:-100}
-bin=${2:-${QSM_GAP_BIN:-./tests/vm/gap}}
-dev=${QSM_VM_DEV:-rxe0}
-out=${QSM_VM_OUT:-/tmp}
-trace=$out/gap.trace
-
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-
-[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
-[[ -x $bin ]] || fail "$bin not found or not executable (build it, or set QSM_GAP_BIN)"
-command -v rdma >/dev/null || fail "rdma (iproute2) not installed"
-
-# rxe0 must be up before the test starts (bounded by wall clock).
-end=$((${EPOCHREALTIME/./} + 10000000))
-while ((${EPOCHREALTIME/./} < end)); do
-	rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE' && break
-	sleep 0.1
-done
-rdma link show "$dev/1" | grep -q 'state ACTIVE' || fail "$dev is not ACTIVE"
-
-echo "== $bin $n (trace: $trace)"
-timeout --signal=KILL 240 "$bin" "$n" "$trace"
-rc=$?
-if [[ $rc != 0 ]]; then
-	echo "== last 60 trace lines"
-	tail -n 60 "$trace" 2>/dev/null
-	echo "== rdma link show"
-	rdma link show
-	echo "== dmesg (tail)"
-	dmesg | tail -n 30
-	fail "gap test exited $rc"
-fi
-echo "   trace: $(wc -l <"$trace") transitions"
+vm_setup gap 100 QSM_GAP_BIN "$@"
+vm_run_test gap 240 --link-show
 # Every way into the gap: the loss (DRAINED), the retries into the dead server (REJECTED), the
 # removal (the self-loop), the retries while no device was there (ADDR_ERROR), DEVICE_ADDED.
 echo "== trace: every client edge into RECONNECT_WAIT (count, edge)"
@@ -56,11 +25,11 @@ grep -E '^client .* device .*--DEVICE_REMOVAL' "$trace"
 echo "== trace: every client queue's DEVICE_REMOVAL edge"
 grep -E '^client .* conn .*--DEVICE_REMOVAL' "$trace"
 echo "== trace: every client queue's way back to LIVE (the last CONNECTED --READY--> LIVE of each)"
-grep -E '^client .* CONNECTED --READY--> LIVE' "$trace" | awk '{ last[$4] = $0 } END { for (q in last) print last[q] }' | sort -k4,4V
+vm_trace_last_live "$trace"
 removed=$(grep -cE '^client .* conn .* RECONNECT_WAIT --DEVICE_REMOVAL(.*)--> RECONNECT_WAIT$' "$trace")
 other=$(grep -E '^client .* conn .*--DEVICE_REMOVAL' "$trace" | grep -cvE 'RECONNECT_WAIT --DEVICE_REMOVAL(.*)--> RECONNECT_WAIT$')
 queues=$(grep -E '^client .* conn .* RECONNECT_WAIT --DEVICE_REMOVAL(.*)--> RECONNECT_WAIT$' "$trace" | awk '{ print $4 }' | sort -u | wc -l)
-relive=$(grep -E '^client .* CONNECTED --READY--> LIVE' "$trace" | awk '{ n[$4]++ } END { c = 0; for (q in n) if (n[q] >= 2) c++; print c }')
+relive=$(vm_trace_relive_count "$trace")
 echo "   trace: $removed gap self-loops on $queues queues, $other other DEVICE_REMOVAL edges, $relive queues LIVE again"
 [[ $removed == "$n" && $queues == "$n" && $other == 0 && $relive == "$n" ]] ||
 	fail "trace shows $removed gap removals on $queues queues ($other other), $relive reconnects; want $n, $n, 0, $n"

@@ -1,0 +1,309 @@
+/* rdma-qsm VM tests: what the real-stack test programs (removal, gap, abort) share.
+ * A server and a client ctx in one process on the rdmacm fabric, one host loop for both, checks. */
+#include "common.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <qsm/rdmacm.h>
+
+unsigned vm_failures;
+
+static FILE *trace_out;
+
+void vm_check(bool ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s: ", ok ? "ok  " : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (!ok)
+		vm_failures++;
+}
+
+double vm_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const char *vm_env(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : def;
+}
+
+const char *vm_cm_state_name(int state)
+{
+	static const char *const names[] = {
+		"IDLE", "ADDR_RESOLVING", "ROUTE_RESOLVING", "CONNECTING", "CONNECTED", "LIVE",
+		"DISCONNECTING", "DRAINING", "CLOSING", "RECONNECT_WAIT", "FAILED", "CLOSED",
+	};
+
+	return state >= 0 && state < QSM_CM_STATE_COUNT ? names[state] : "?";
+}
+
+/* ---- setup and teardown ---- */
+
+void vm_init_stdio(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+bool vm_parse_addr(struct sockaddr_in *addr, const char *ip, const char *port_env, const char *port_def)
+{
+	*addr = (struct sockaddr_in){ .sin_family = AF_INET,
+				      .sin_port = htons((uint16_t)atoi(vm_env(port_env, port_def))) };
+	return inet_pton(AF_INET, ip, &addr->sin_addr) == 1;
+}
+
+int vm_trace_open(int argc, char **argv)
+{
+	if (argc <= 2)
+		return 0;
+	trace_out = strcmp(argv[2], "-") ? fopen(argv[2], "w") : stdout;
+	if (!trace_out) {
+		perror(argv[2]);
+		return -1;
+	}
+	return 0;
+}
+
+/* One line a transition, labelled "server" or "client"; the scenarios grep these lines. */
+static void print_trace(const struct qsm_trace_record *r, void *arg)
+{
+	fprintf(trace_out, "%s %10.6f %s %s#%u %s --%s%s%.0d--> %s\n", (const char *)arg,
+		(double)r->time_ns / 1e9, r->kind, r->class_name ? r->class_name : "-", r->id, r->from,
+		r->event ? r->event : "?", r->status ? " status=" : "", r->status,
+		r->to ? r->to : "(unexpected: stays)");
+}
+
+int vm_ctxs_new(struct qsm_ctx **server, struct qsm_ctx **client)
+{
+	struct qsm_fabric *fs, *fc;
+	int r;
+
+	/* one fabric each: the two sides must not share an event channel, as two hosts would not */
+	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
+		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
+		return -1;
+	}
+	if ((r = qsm_ctx_new(server, &(struct qsm_ctx_opts){ .fabric = fs })) < 0 ||
+	    (r = qsm_ctx_new(client, &(struct qsm_ctx_opts){ .fabric = fc })) < 0) {
+		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
+		return -1;
+	}
+	if (trace_out) {
+		qsm_ctx_set_trace(*server, print_trace, "server");
+		qsm_ctx_set_trace(*client, print_trace, "client");
+	}
+	return 0;
+}
+
+void vm_ctxs_free(struct qsm_ctx *server, struct qsm_ctx *client)
+{
+	qsm_ctx_free(client);
+	qsm_ctx_free(server);
+	if (trace_out && trace_out != stdout)
+		fclose(trace_out);
+	trace_out = NULL;
+}
+
+int vm_listener_new(struct qsm_ctx *server, const struct qsm_listener_opts *o, const char *ip,
+		    struct qsm_listener **l)
+{
+	int r = qsm_listener_new(server, o, l);
+
+	if (r < 0) {
+		printf("FAIL: qsm_listener_new %s:%u: %s\n", ip,
+		       ntohs(((const struct sockaddr_in *)o->addr)->sin_port), strerror(-r));
+		return -1;
+	}
+	return 0;
+}
+
+int vm_conn_start(struct qsm_ctx *client, const struct qsm_conn_opts *o, unsigned index, struct qsm_conn **q)
+{
+	int r = qsm_conn_new(client, o, q);
+
+	if (r == 0)
+		r = qsm_conn_connect(*q);
+	if (r < 0) {
+		printf("FAIL: queue %u: %s\n", index, strerror(-r));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the host loop ---- */
+
+void vm_pump(struct qsm_ctx *a, struct qsm_ctx *b)
+{
+	struct pollfd pfd[2] = { { .fd = qsm_ctx_fd(a), .events = POLLIN },
+				 { .fd = qsm_ctx_fd(b), .events = POLLIN } };
+	int ta = qsm_ctx_next_timeout_ms(a), tb = qsm_ctx_next_timeout_ms(b), wait = 10;
+
+	/* never sleep past a due timer of either ctx */
+	if (ta >= 0 && ta < wait)
+		wait = ta;
+	if (tb >= 0 && tb < wait)
+		wait = tb;
+	if (wait > 0)
+		poll(pfd, 2, wait);
+	/* one side's dispatch feeds the other's (a send, its receive): until both are idle, bounded */
+	for (int round = 0; round < 1000; round++) {
+		int k = qsm_ctx_dispatch(a, 0), m = qsm_ctx_dispatch(b, 0);
+
+		if (k <= 0 && m <= 0)
+			break;
+	}
+}
+
+void vm_pump_for(struct qsm_ctx *a, struct qsm_ctx *b, int ms)
+{
+	double t0 = vm_now();
+
+	while ((vm_now() - t0) * 1000 < ms)
+		vm_pump(a, b);
+}
+
+unsigned vm_count_state(struct qsm_conn **q, unsigned n, int state)
+{
+	unsigned c = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		c += q[i] && qsm_conn_state(q[i]) == state;
+	return c;
+}
+
+/* ---- commands run while dispatching ---- */
+
+static pid_t spawn(char *const argv[])
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* A hung `rdma link delete` sits in the kernel: its stack says what it waits for. */
+static void print_kernel_stack(pid_t pid)
+{
+	char path[64], line[256];
+	FILE *st;
+
+	snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
+	st = fopen(path, "r");
+	while (st && fgets(line, sizeof(line), st))
+		printf("     %s", line);
+	if (st)
+		fclose(st);
+}
+
+double vm_run_dispatching(struct qsm_ctx *a, struct qsm_ctx *b, char *const argv[], int limit_ms,
+			  int *status)
+{
+	double t0 = vm_now();
+	pid_t pid = spawn(argv);
+
+	if (pid < 0)
+		return -1;
+	/* not a blocking waitpid: the command may need our queues to let go of the device first */
+	while ((vm_now() - t0) * 1000 < limit_ms) {
+		pid_t w = waitpid(pid, status, WNOHANG);
+
+		if (w == pid)
+			return vm_now() - t0;
+		vm_pump(a, b);
+	}
+	printf("   '%s %s ...' still running after %d ms; its kernel stack:\n", argv[0], argv[1], limit_ms);
+	print_kernel_stack(pid);
+	return -1;
+}
+
+double vm_rdma_link_delete(struct qsm_ctx *a, struct qsm_ctx *b, const char *dev, int limit_ms, int *status)
+{
+	char *argv[] = { "rdma", "link", "delete", (char *)dev, NULL };
+
+	return vm_run_dispatching(a, b, argv, limit_ms, status);
+}
+
+double vm_rdma_link_add(struct qsm_ctx *a, struct qsm_ctx *b, const char *dev, const char *netdev,
+			int limit_ms, int *status)
+{
+	char *argv[] = { "rdma", "link", "add", (char *)dev, "type", "rxe", "netdev", (char *)netdev, NULL };
+
+	return vm_run_dispatching(a, b, argv, limit_ms, status);
+}
+
+int vm_exit_code(int status)
+{
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* ---- the data path ---- */
+
+struct qsm_sge vm_sge(void *buf, uint32_t len, struct qsm_mr *mr)
+{
+	return (struct qsm_sge){ .addr = (uintptr_t)buf, .length = len, .lkey = qsm_mr_lkey(mr) };
+}
+
+int vm_reg_buffer(struct qsm_conn *q, struct qsm_mr **mr, void *buf, size_t len)
+{
+	if (qsm_mr_valid(*mr))
+		return 0;
+	if (*mr)
+		qsm_mr_dereg(*mr);
+	*mr = NULL;
+	return qsm_conn_reg_mr(q, buf, len, QSM_ACCESS_LOCAL_WRITE, mr);
+}
+
+int vm_echo_qp_ready(struct qsm_conn *q, struct vm_echo *e)
+{
+	struct qsm_sge rs;
+
+	if (vm_reg_buffer(q, &e->mr, e, sizeof(*e)) < 0)
+		return -1;
+	rs = vm_sge(e->rbuf, sizeof(e->rbuf), e->mr);
+	return qsm_conn_post_recv(q, VM_ECHO_WR_RECV, &rs, 1) < 0 ? -1 : 0;
+}
+
+enum vm_echo_result vm_echo_completion(struct qsm_conn *q, struct vm_echo *e, const struct qsm_wc *wc)
+{
+	struct qsm_sge rs = vm_sge(e->rbuf, sizeof(e->rbuf), e->mr), ss;
+
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		return VM_ECHO_NOTHING;
+	if (wc->status != QSM_WC_SUCCESS)
+		return VM_ECHO_BAD_STATUS;
+	if (wc->wr_id != VM_ECHO_WR_RECV)
+		return VM_ECHO_NOTHING;
+	/* the peer's message may lack its NUL */
+	e->rbuf[sizeof(e->rbuf) - 1] = 0;
+	snprintf(e->sbuf, sizeof(e->sbuf), "echo: %s", e->rbuf);
+	ss = vm_sge(e->sbuf, (uint32_t)strlen(e->sbuf) + 1, e->mr);
+	/* the next receive before the echo: the peer may send again as soon as the echo lands */
+	if (qsm_conn_post_recv(q, VM_ECHO_WR_RECV, &rs, 1) < 0 ||
+	    qsm_conn_post_send(q, VM_ECHO_WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+		return VM_ECHO_POST_FAILED;
+	return VM_ECHO_SENT;
+}

@@ -1,0 +1,73 @@
+# shellcheck shell=bash
+# rdma-qsm VM scenarios: what the scenarios that run a test program (removal, gap, abort) share.
+# Sourced, not run; it lives outside scenarios/ because tests/vm.test runs every scenarios/*.sh.
+#
+# tests/vm/run copies only the scenario file into the guest, so a scenario sources this file
+# through the host tree (read-only in the guest), at $QSM_VM_SCENARIO_DIR/../lib.sh:
+#   . "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || exit 1
+
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+
+# vm_setup NAME DEFAULT_N BIN_VAR [N [BINARY]]
+# Sets n, bin (BINARY, else $BIN_VAR, else ./tests/vm/NAME), dev, out and trace
+# ($QSM_VM_OUT/NAME.trace), and fails unless this is the test VM, the binary is there, rdma is
+# installed and the device is ACTIVE.
+vm_setup() {
+	local name=$1 default_n=$2 bin_var=$3
+	shift 3
+	n=${1:-$default_n}
+	bin=${2:-${!bin_var:-./tests/vm/$name}}
+	dev=${QSM_VM_DEV:-rxe0}
+	out=${QSM_VM_OUT:-/tmp}
+	trace=$out/$name.trace
+
+	[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
+	[[ -x $bin ]] || fail "$bin not found or not executable (build it, or set $bin_var)"
+	command -v rdma >/dev/null || fail "rdma (iproute2) not installed"
+
+	# The device must be up before the test starts (bounded by wall clock: rdma itself may be slow).
+	local end=$((${EPOCHREALTIME/./} + 10000000))
+	while ((${EPOCHREALTIME/./} < end)); do
+		rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE' && break
+		sleep 0.1
+	done
+	rdma link show "$dev/1" | grep -q 'state ACTIVE' || fail "$dev is not ACTIVE"
+}
+
+# vm_run_test NAME LIMIT_S [--link-show]
+# Runs "$bin $n $trace", killed after LIMIT_S seconds. If it fails: the trace's tail, the
+# links (with --link-show), the kernel log's tail, then FAIL. Otherwise the trace's length.
+vm_run_test() {
+	local name=$1 limit=$2 link_show=${3:-} rc
+	echo "== $bin $n (trace: $trace)"
+	timeout --signal=KILL "$limit" "$bin" "$n" "$trace"
+	rc=$?
+	if [[ $rc != 0 ]]; then
+		echo "== last 60 trace lines"
+		tail -n 60 "$trace" 2>/dev/null
+		if [[ $link_show == --link-show ]]; then
+			echo "== rdma link show"
+			rdma link show
+		fi
+		echo "== dmesg (tail)"
+		dmesg | tail -n 30
+		fail "$name test exited $rc"
+	fi
+	echo "   trace: $(wc -l <"$trace") transitions"
+}
+
+# The client queues' reconnects, from the trace: a queue that came back went
+# CONNECTED --READY--> LIVE twice (it was LIVE once before).
+
+# The last such line of each client queue, in queue order.
+vm_trace_last_live() {
+	grep -E '^client .* CONNECTED --READY--> LIVE' "$1" | awk '{ last[$4] = $0 } END { for (q in last) print last[q] }' | sort -k4,4V
+}
+
+# How many client queues reached LIVE at least twice.
+vm_trace_relive_count() {
+	grep -E '^client .* CONNECTED --READY--> LIVE' "$1" | awk '{ n[$4]++ } END { c = 0; for (q in n) if (n[q] >= 2) c++; print c }'
+}
