@@ -443,6 +443,35 @@ START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
 }
 END_TEST
 
+START_TEST(test_ipv6_queue_connects_and_reconnects_after_removal)
+{
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(4420) };
+	struct qsm_listener *l;
+	struct qsm_conn *q;
+
+	inet_pton(AF_INET6, "2001:db8::1", &a6.sin6_addr);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim6", "2001:db8::1"), 0);
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&a6, .cls = &server_class }, &l), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &client_class,
+		.dst = (struct sockaddr *)&a6, .private_data = "LOGIN6", .private_data_len = 6,
+		.policy = { .initial_delay_ms = 10 } }, &q), 0);
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim6"), 0);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim6"), QSM_SIM_DEVICE_GONE);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim6", "2001:db8::1"), 0);
+	pump(20);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	/* a mixed-family src/dst pair is refused at the door */
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &client_class,
+		.dst = (struct sockaddr *)&a6, .src = (struct sockaddr *)&addr }, &q), -EINVAL);
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -459,6 +488,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_destroying_own_queue_inside_handler_is_safe);
 	tcase_add_test(t, test_established_after_disconnected_goes_to_unexpected_and_is_traced);
 	tcase_add_test(t, test_bad_arguments_and_illegal_downcalls_return_negative_errno);
+	tcase_add_test(t, test_ipv6_queue_connects_and_reconnects_after_removal);
 	suite_add_tcase(s, t);
 	return s;
 }
