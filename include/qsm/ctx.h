@@ -79,7 +79,9 @@ struct qsm_class {
 	qsm_handler_fn qp_ready;
 	/* Every receive and signaled send/write/read (qsm/data.h); non-zero destroys the queue. */
 	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
-	void (*release)(struct qsm_conn *q);               /* last call, not after ABORT; free yours */
+	/* The last call of a queue that closed by itself (disconnect, reject, a passive loss); not
+	 * made after qsm_conn_destroy() or a non-zero return: then you cleaned up already. */
+	void (*release)(struct qsm_conn *q);
 	struct qsm_qp_caps qp;                             /* 0 = library default */
 };
 
