@@ -1,0 +1,625 @@
+/* qsm-nvmet: the controller.  Fabrics commands (Connect, Property Get/Set), the admin commands
+ * the Linux host sends (Identify, Get Log Page, Set/Get Features, Keep Alive, Asynchronous
+ * Event Request, Abort) and the NVM I/O commands (Read, Write, Flush) on one RAM namespace.
+ * One controller per host association: created by the admin queue's Connect (dynamic
+ * controller model), found by cntlid by the I/O queues' Connect, freed with its last queue. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "nvmet.h"
+
+struct nvmet_ctrl {
+	uint16_t cntlid;
+	int discovery;
+	char hostnqn[256];
+	uint8_t hostid[16];
+	uint32_t cc, csts, kato, aec;
+	unsigned nr_io_queues;                  /* granted by Set Features Number of Queues */
+	struct nvmet_queue *queues[NVMET_MAX_QID + 1];
+	unsigned nqueues;
+	struct nvmet_req *aer[NVMET_MAX_AER];   /* held: there is nothing to report */
+	unsigned naer;
+	struct nvmet_ctrl *next;
+};
+
+static struct nvmet_ctrl *ctrls;
+static uint16_t last_cntlid;
+
+unsigned nvmet_ctrls_live(void)
+{
+	unsigned n = 0;
+
+	for (struct nvmet_ctrl *c = ctrls; c; c = c->next)
+		n++;
+	return n;
+}
+
+void nvmet_ctrls_free_all(void)
+{
+	while (ctrls) {
+		struct nvmet_ctrl *c = ctrls;
+
+		ctrls = c->next;
+		free(c);
+	}
+}
+
+static struct nvmet_ctrl *ctrl_find(uint16_t cntlid)
+{
+	for (struct nvmet_ctrl *c = ctrls; c; c = c->next)
+		if (c->cntlid == cntlid)
+			return c;
+	return NULL;
+}
+
+static struct nvmet_ctrl *ctrl_new(void)
+{
+	struct nvmet_ctrl *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	do {   /* 1..0xffef; 0xfff0 and up are reserved */
+		if (++last_cntlid > 0xffef)
+			last_cntlid = 1;
+	} while (ctrl_find(last_cntlid));
+	c->cntlid = last_cntlid;
+	c->next = ctrls;
+	ctrls = c;
+	g_stats.ctrls_created++;
+	return c;
+}
+
+static void ctrl_free(struct nvmet_ctrl *c)
+{
+	for (struct nvmet_ctrl **p = &ctrls; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	LOG("controller %u (%s) freed", c->cntlid, c->hostnqn);
+	g_stats.ctrls_freed++;
+	free(c);
+}
+
+void nvmet_queue_detach(struct nvmet_queue *nq)
+{
+	struct nvmet_ctrl *c = nq->ctrl;
+
+	if (!c)
+		return;
+	nq->ctrl = NULL;
+	c->queues[nq->qid] = NULL;
+	if (nq->qid == 0) {
+		/* the admin queue is gone: so is the association; close its I/O queues */
+		c->naer = 0;
+		for (unsigned i = 1; i <= NVMET_MAX_QID; i++)
+			if (c->queues[i])
+				qsm_conn_disconnect(c->queues[i]->q);
+	}
+	if (--c->nqueues == 0)
+		ctrl_free(c);
+}
+
+/* ---- Fabrics commands ---- */
+
+static const char *nqn_of(const struct nvmet_ctrl *c)
+{
+	return c->discovery ? NVME_DISC_SUBSYS_NAME : g_opts.subnqn;
+}
+
+/* Connect failed on a parameter: result = IATTR (bit 16: the parameter is in the connect data,
+ * not in the command) | IPO (its byte offset). */
+static void connect_invalid(struct nvmet_req *r, int in_data, uint16_t offset)
+{
+	g_stats.connect_errors++;
+	nvmet_complete(r, NVME_SC_CONNECT_INVALID_PARAM | NVME_STATUS_DNR,
+		       (uint64_t)(in_data ? 1u << 16 : 0) | offset);
+}
+
+static void connect_data_ready(struct nvmet_req *r)
+{
+	struct nvmet_queue *nq = r->nq;
+	const struct nvmf_connect_cmd *cmd = (const void *)&r->cmd;
+	struct nvmf_connect_data *d = (void *)r->buf;
+	uint16_t qid = le16toh(cmd->qid), sqsize = le16toh(cmd->sqsize);
+	struct nvmet_ctrl *c;
+	int discovery;
+
+	d->subsysnqn[sizeof(d->subsysnqn) - 1] = 0;
+	d->hostnqn[sizeof(d->hostnqn) - 1] = 0;
+	g_stats.connects++;
+	if (le16toh(cmd->recfmt) != 0) {
+		g_stats.connect_errors++;
+		nvmet_complete(r, NVME_SC_CONNECT_INCOMPATIBLE | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if (qid != nq->qid) {
+		LOG("queue %u: Connect for qid %u on the queue of qid %u", nq->serial, qid, nq->qid);
+		return connect_invalid(r, 0, 42);
+	}
+	if (sqsize == 0 || sqsize + 1u > nq->depth) {
+		LOG("queue %u: Connect sqsize %u, queue depth %u", nq->serial, sqsize, nq->depth);
+		return connect_invalid(r, 0, 44);
+	}
+	discovery = strcmp(d->subsysnqn, NVME_DISC_SUBSYS_NAME) == 0;
+	if (!discovery && strcmp(d->subsysnqn, g_opts.subnqn) != 0) {
+		LOG("queue %u: Connect to unknown subsystem %s", nq->serial, d->subsysnqn);
+		return connect_invalid(r, 1, 256);
+	}
+	if (qid == 0) {
+		c = ctrl_new();
+		if (!c) {
+			nvmet_complete(r, NVME_SC_INTERNAL, 0);
+			return;
+		}
+		c->discovery = discovery;
+		c->kato = le32toh(cmd->kato);
+		memcpy(c->hostid, d->hostid, sizeof(c->hostid));
+		snprintf(c->hostnqn, sizeof(c->hostnqn), "%s", d->hostnqn);
+		LOG("controller %u: %s for %s (admin queue %u, kato %u ms)", c->cntlid,
+		    discovery ? "discovery" : g_opts.subnqn, c->hostnqn, nq->serial, c->kato);
+	} else {
+		c = ctrl_find(le16toh(d->cntlid));
+		if (!c || c->discovery || !c->queues[0] || strcmp(c->hostnqn, d->hostnqn) != 0 ||
+		    strcmp(nqn_of(c), d->subsysnqn) != 0 || !(c->csts & NVME_CSTS_RDY)) {
+			LOG("queue %u: I/O queue Connect for unknown or unready controller %u",
+			    nq->serial, le16toh(d->cntlid));
+			return connect_invalid(r, 1, 16);
+		}
+		if (qid > c->nr_io_queues || c->queues[qid]) {
+			LOG("queue %u: qid %u not granted or in use on controller %u", nq->serial, qid,
+			    c->cntlid);
+			return connect_invalid(r, 0, 42);
+		}
+		VLOG("controller %u: I/O queue %u (queue %u, %u entries)", c->cntlid, qid, nq->serial,
+		     sqsize + 1u);
+	}
+	c->queues[qid] = nq;
+	c->nqueues++;
+	nq->ctrl = c;
+	nvmet_complete(r, NVME_SC_SUCCESS, c->cntlid);
+}
+
+static void exec_connect(struct nvmet_req *r)
+{
+	if (r->nq->ctrl) {
+		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if (r->rlen < sizeof(struct nvmf_connect_data)) {
+		nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
+		return;
+	}
+	nvmet_fetch(r, r->buf, r->nq->buf_lkey, sizeof(struct nvmf_connect_data), connect_data_ready);
+}
+
+static uint64_t reg_cap(void)
+{
+	return (uint64_t)(NVMET_MAX_DEPTH - 1)   /* MQES, 0's based */
+	       | 1ull << 16                      /* CQR: contiguous queues required */
+	       | 15ull << 24                     /* TO: 7.5 s for CSTS.RDY */
+	       | 1ull << 37;                     /* CSS: the NVM command set */
+	                                         /* MPSMIN = MPSMAX = 0: 4 KiB pages */
+}
+
+static void exec_prop_get(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	const struct nvmf_prop_cmd *p = (const void *)&r->cmd;
+	int size8 = (p->attrib & 7) == 1;
+	uint64_t v;
+
+	switch (le32toh(p->offset)) {
+	case NVME_REG_CAP: v = reg_cap(); break;
+	case NVME_REG_VS: v = 0x10300; break;  /* 1.3 */
+	case NVME_REG_CC: v = c->cc; break;
+	case NVME_REG_CSTS: v = c->csts; break;
+	default:
+		nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if (!size8 && le32toh(p->offset) == NVME_REG_CAP)
+		v &= 0xffffffffu;
+	nvmet_complete(r, NVME_SC_SUCCESS, v);
+}
+
+static void exec_prop_set(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	const struct nvmf_prop_cmd *p = (const void *)&r->cmd;
+	uint32_t old = c->cc, cc = (uint32_t)le64toh(p->value);
+
+	if (le32toh(p->offset) != NVME_REG_CC || (p->attrib & 7) != 0) {
+		nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+		return;
+	}
+	c->cc = cc;
+	if ((cc & NVME_CC_EN) && !(old & NVME_CC_EN))
+		c->csts |= NVME_CSTS_RDY;
+	if (!(cc & NVME_CC_EN) && (old & NVME_CC_EN))
+		c->csts &= ~NVME_CSTS_RDY;
+	if (NVME_CC_SHN(cc) && !NVME_CC_SHN(old)) {
+		c->csts |= NVME_CSTS_SHST_CMPLT;   /* nothing to flush: RAM */
+		VLOG("controller %u: shutdown", c->cntlid);
+	}
+	if (!NVME_CC_SHN(cc) && NVME_CC_SHN(old))
+		c->csts &= ~NVME_CSTS_SHST_CMPLT;
+	nvmet_complete(r, NVME_SC_SUCCESS, 0);
+}
+
+static void exec_fabrics(struct nvmet_req *r)
+{
+	struct nvmet_ctrl *c = r->nq->ctrl;
+	uint8_t fctype = ((const uint8_t *)&r->cmd)[4];
+
+	if (fctype == NVMF_FCTYPE_CONNECT) {
+		exec_connect(r);
+		return;
+	}
+	if (!c) {
+		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if (r->nq->qid != 0) {   /* properties live on the admin queue */
+		nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0);
+		return;
+	}
+	switch (fctype) {
+	case NVMF_FCTYPE_PROP_GET: exec_prop_get(r, c); break;
+	case NVMF_FCTYPE_PROP_SET: exec_prop_set(r, c); break;
+	default: nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0); break;
+	}
+}
+
+/* ---- admin commands ---- */
+
+static void put_str(uint8_t *dst, const char *s, size_t len)   /* space padded */
+{
+	size_t n = strlen(s);
+
+	memset(dst, ' ', len);
+	memcpy(dst, s, n < len ? n : len);
+}
+
+/* Data for the host: at most what its SGL holds. */
+static void complete_data(struct nvmet_req *r, void *data, uint32_t len, uint32_t lkey)
+{
+	r->c2h = data;
+	r->c2h_len = len < r->rlen ? len : r->rlen;
+	r->c2h_lkey = lkey;
+	nvmet_complete(r, NVME_SC_SUCCESS, 0);
+}
+
+static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
+{
+	put_le16(id + 0, 0x1b36);                /* VID (unassigned use: the qemu one, as a test id) */
+	put_le16(id + 2, 0x1b36);                /* SSVID */
+	put_str(id + 4, c->discovery ? "qsm-nvmet-disc" : "qsm-nvmet-0001", 20);   /* SN */
+	put_str(id + 24, "rdma-qsm nvmet (userspace)", 40);                        /* MN */
+	put_str(id + 64, "0.1", 8);              /* FR */
+	id[72] = 6;                              /* RAB */
+	id[77] = c->discovery ? 0 : NVMET_MDTS;  /* MDTS, in CAP.MPSMIN pages */
+	put_le16(id + 78, c->cntlid);            /* CNTLID: the host checks it against Connect's */
+	put_le32(id + 80, 0x10300);              /* VER */
+	put_le32(id + 92, 0);                    /* OAES: no optional events */
+	id[111] = c->discovery ? 2 : 1;          /* CNTRLTYPE: I/O or discovery controller */
+	id[258] = 3;                             /* ACL */
+	id[259] = NVMET_MAX_AER - 1;             /* AERL */
+	id[260] = 1;                             /* FRMW: slot 1 read-only */
+	id[261] = 0;                             /* LPA */
+	id[263] = 0;                             /* NPSS */
+	put_le16(id + 320, 10);                  /* KAS: 100 ms units; mandatory for fabrics */
+	id[512] = 0x66;                          /* SQES: 64 bytes */
+	id[513] = 0x44;                          /* CQES: 16 bytes */
+	put_le16(id + 514, NVMET_MAX_DEPTH);     /* MAXCMD */
+	put_le32(id + 516, c->discovery ? 0 : 1);   /* NN */
+	put_le16(id + 520, 0);                   /* ONCS */
+	id[525] = 0;                             /* VWC: none, RAM is as durable as it gets */
+	put_le32(id + 536, 1u << 0 | 1u << 2);   /* SGLS: SGLs, keyed SGL data blocks (no offsets) */
+	snprintf((char *)id + 768, 256, "%s", nqn_of(c));                          /* SUBNQN */
+	put_le32(id + 1792, NVME_SQE_SIZE / 16);  /* IOCCSZ: command capsule = the SQE only */
+	put_le32(id + 1796, NVME_CQE_SIZE / 16);  /* IORCSZ */
+	put_le16(id + 1800, 0);                  /* ICDOFF */
+	id[1802] = 0;                            /* FCATT: dynamic controller model */
+	id[1803] = 1;                            /* MSDBD */
+}
+
+static uint64_t ns_blocks(void)
+{
+	return g_opts.ns_size >> NVMET_LBA_SHIFT;
+}
+
+static void ns_uuid(uint8_t *u)
+{
+	/* stable for a subsystem NQN: FNV-1a over it, as an RFC 4122 "version 8" UUID */
+	uint64_t h = 1469598103934665603ull, h2;
+
+	for (const char *p = g_opts.subnqn; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	h2 = (h ^ 0x6e766d6574ull) * 1099511628211ull;
+	memcpy(u, &h, 8);
+	memcpy(u + 8, &h2, 8);
+	u[6] = (uint8_t)((u[6] & 0x0f) | 0x80);
+	u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
+}
+
+static void exec_identify(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	uint8_t cns = le32toh(r->cmd.cdw10) & 0xff, *id = r->buf;
+	uint32_t nsid = le32toh(r->cmd.nsid);
+
+	memset(id, 0, NVMET_BUF_SIZE);
+	if (c->discovery && cns != NVME_ID_CNS_CTRL)
+		goto invalid;
+	switch (cns) {
+	case NVME_ID_CNS_CTRL:
+		identify_ctrl(c, id);
+		break;
+	case NVME_ID_CNS_NS:
+		if (nsid == 0 || nsid == 0xffffffff)
+			goto bad_ns;
+		if (nsid == 1) {
+			put_le64(id + 0, ns_blocks());    /* NSZE */
+			put_le64(id + 8, ns_blocks());    /* NCAP */
+			put_le64(id + 16, ns_blocks());   /* NUSE */
+			id[25] = 0;                       /* NLBAF: one format */
+			id[26] = 0;                       /* FLBAS: format 0 */
+			id[128 + 2] = NVMET_LBA_SHIFT;    /* LBAF0.LBADS */
+		}                                         /* other nsids: inactive, zeros */
+		break;
+	case NVME_ID_CNS_NS_ACTIVE_LIST:
+		if (nsid >= 0xfffffffe)
+			goto invalid;
+		if (nsid < 1)
+			put_le32(id, 1);
+		break;
+	case NVME_ID_CNS_CS_CTRL:
+		/* the NVM command set's controller limits (the host asks for them from 6.x on):
+		 * all zero, no limits beyond MDTS */
+		if (le32toh(r->cmd.cdw11) >> 24 != NVME_CSI_NVM)
+			goto invalid;
+		break;
+	case NVME_ID_CNS_NS_DESC_LIST:
+		if (nsid != 1)
+			goto bad_ns;
+		id[0] = 3;        /* NIDT: UUID */
+		id[1] = 16;       /* NIDL */
+		ns_uuid(id + 4);
+		break;
+	default:
+		goto invalid;
+	}
+	complete_data(r, id, NVMET_BUF_SIZE, r->nq->buf_lkey);
+	return;
+bad_ns:
+	nvmet_complete(r, NVME_SC_INVALID_NS | NVME_STATUS_DNR, 0);
+	return;
+invalid:
+	nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+}
+
+/* The discovery log page: a header, then one 1024-byte entry, our subsystem on our port. */
+static uint32_t discovery_log(uint8_t *page, size_t size)
+{
+	uint8_t *e = page + 1024;
+
+	if (size < 2048)
+		return 0;
+	memset(page, 0, 2048);
+	put_le64(page + 0, 1);                   /* GENCTR */
+	put_le64(page + 8, 1);                   /* NUMREC */
+	put_le16(page + 16, 0);                  /* RECFMT */
+	e[0] = NVMF_TRTYPE_RDMA;
+	e[1] = g_opts.family == AF_INET6 ? NVMF_ADRFAM_IPV6 : NVMF_ADRFAM_IPV4;
+	e[2] = NVME_NQN_NVME;                    /* SUBTYPE */
+	e[3] = 0;                                /* TREQ: not specified */
+	put_le16(e + 4, 1);                      /* PORTID */
+	put_le16(e + 6, 0xffff);                 /* CNTLID: dynamic */
+	put_le16(e + 8, NVMET_AQ_DEPTH);         /* ASQSZ */
+	snprintf((char *)e + 32, 32, "%u", g_opts.port);          /* TRSVCID */
+	snprintf((char *)e + 256, 256, "%s", g_opts.subnqn);      /* SUBNQN */
+	snprintf((char *)e + 512, 256, "%s", g_opts.addr);        /* TRADDR */
+	e[768] = NVMF_RDMA_QPTYPE_CONNECTED;     /* TSAS: RDMA QP type */
+	e[769] = NVMF_RDMA_PRTYPE_NOT_SPECIFIED; /* provider type */
+	e[770] = NVMF_RDMA_CMS_RDMA_CM;          /* connection management service */
+	return 2048;
+}
+
+static void exec_get_log_page(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	static uint8_t page[2048];
+	uint32_t cdw10 = le32toh(r->cmd.cdw10), cdw11 = le32toh(r->cmd.cdw11);
+	uint8_t lid = cdw10 & 0xff;
+	uint64_t numd = (uint64_t)(cdw10 >> 16 | (cdw11 & 0xffff) << 16) + 1;
+	uint64_t len = numd * 4;
+	uint64_t off = le32toh(r->cmd.cdw12) | (uint64_t)le32toh(r->cmd.cdw13) << 32;
+	uint32_t plen;
+
+	if (len > NVMET_BUF_SIZE || (off & 3))
+		goto invalid;
+	switch (lid) {
+	case NVME_LOG_DISC:
+		if (!c->discovery)
+			goto invalid;
+		plen = discovery_log(page, sizeof(page));
+		break;
+	case NVME_LOG_ERROR:
+	case NVME_LOG_SMART:
+	case NVME_LOG_FW_SLOT:
+	case NVME_LOG_CHANGED_NS:
+		if (c->discovery)
+			goto invalid;
+		plen = lid == NVME_LOG_ERROR ? 64 : lid == NVME_LOG_CHANGED_NS ? 4096 : 512;
+		memset(page, 0, sizeof(page));   /* no errors, no SMART data, no changes */
+		if (plen > sizeof(page))
+			plen = sizeof(page);
+		break;
+	default:
+		goto invalid;
+	}
+	if (off > plen)
+		goto invalid;
+	memset(r->buf, 0, len);
+	memcpy(r->buf, page + off, plen - off < len ? plen - off : len);
+	complete_data(r, r->buf, (uint32_t)len, r->nq->buf_lkey);
+	return;
+invalid:
+	nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+}
+
+static void exec_features(struct nvmet_req *r, struct nvmet_ctrl *c, int set)
+{
+	uint32_t cdw11 = le32toh(r->cmd.cdw11);
+	uint8_t fid = le32toh(r->cmd.cdw10) & 0xff;
+	uint64_t result = 0;
+	unsigned n;
+
+	switch (fid) {
+	case NVME_FEAT_NUM_QUEUES:
+		if (c->discovery)
+			goto invalid;
+		if (set) {
+			if ((cdw11 & 0xffff) == 0xffff || (cdw11 >> 16) == 0xffff)
+				goto invalid;
+			n = (cdw11 & 0xffff) < (cdw11 >> 16) ? (cdw11 & 0xffff) + 1 : (cdw11 >> 16) + 1;
+			if (n > g_opts.max_io_queues)
+				n = g_opts.max_io_queues;
+			c->nr_io_queues = n;
+		}
+		n = c->nr_io_queues ? c->nr_io_queues : g_opts.max_io_queues;
+		result = (n - 1) | (n - 1) << 16;
+		break;
+	case NVME_FEAT_ASYNC_EVENT:
+		if (set)
+			c->aec = cdw11;
+		result = c->aec;
+		break;
+	case NVME_FEAT_KATO:
+		if (set)
+			c->kato = cdw11;
+		result = c->kato;
+		break;
+	default:
+		goto invalid;
+	}
+	nvmet_complete(r, NVME_SC_SUCCESS, result);
+	return;
+invalid:
+	nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+}
+
+static void exec_admin(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	g_stats.admin_cmds++;
+	switch (r->cmd.opcode) {
+	case NVME_ADMIN_IDENTIFY:
+		exec_identify(r, c);
+		return;
+	case NVME_ADMIN_GET_LOG_PAGE:
+		exec_get_log_page(r, c);
+		return;
+	case NVME_ADMIN_SET_FEATURES:
+	case NVME_ADMIN_GET_FEATURES:
+		exec_features(r, c, r->cmd.opcode == NVME_ADMIN_SET_FEATURES);
+		return;
+	case NVME_ADMIN_KEEP_ALIVE:
+		nvmet_complete(r, NVME_SC_SUCCESS, 0);
+		return;
+	case NVME_ADMIN_ASYNC_EVENT:
+		if (c->naer >= NVMET_MAX_AER) {
+			nvmet_complete(r, NVME_SC_ASYNC_LIMIT | NVME_STATUS_DNR, 0);
+			return;
+		}
+		/* held until there is an event (never: the namespace never changes) */
+		c->aer[c->naer++] = r;
+		return;
+	case NVME_ADMIN_ABORT:
+		nvmet_complete(r, NVME_SC_SUCCESS, 1);   /* not aborted */
+		return;
+	default:
+		nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0);
+		return;
+	}
+}
+
+/* ---- I/O commands ---- */
+
+static void write_done(struct nvmet_req *r)
+{
+	nvmet_complete(r, NVME_SC_SUCCESS, 0);
+}
+
+static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
+{
+	const struct nvme_sqe *cmd = &r->cmd;
+	uint32_t nsid = le32toh(cmd->nsid);
+	uint64_t slba, nlb, len;
+
+	g_stats.io_cmds++;
+	if (!(c->csts & NVME_CSTS_RDY)) {
+		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+		return;
+	}
+	switch (cmd->opcode) {
+	case NVME_CMD_FLUSH:
+		g_stats.flushes++;
+		if (nsid != 1 && nsid != 0xffffffff)
+			goto bad_ns;
+		nvmet_complete(r, NVME_SC_SUCCESS, 0);
+		return;
+	case NVME_CMD_READ:
+	case NVME_CMD_WRITE:
+		if (nsid != 1)
+			goto bad_ns;
+		slba = le32toh(cmd->cdw10) | (uint64_t)le32toh(cmd->cdw11) << 32;
+		nlb = (le32toh(cmd->cdw12) & 0xffff) + 1u;
+		if (slba >= ns_blocks() || nlb > ns_blocks() - slba) {
+			nvmet_complete(r, NVME_SC_LBA_RANGE | NVME_STATUS_DNR, 0);
+			return;
+		}
+		len = nlb << NVMET_LBA_SHIFT;
+		if (len > (4096u << NVMET_MDTS)) {
+			nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+			return;
+		}
+		if (r->rlen < len) {
+			nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
+			return;
+		}
+		if (cmd->opcode == NVME_CMD_WRITE) {
+			g_stats.writes++;
+			g_stats.bytes_written += len;
+			/* the host's data straight into the namespace */
+			nvmet_fetch(r, g_ns + (slba << NVMET_LBA_SHIFT), r->nq->ns_lkey, (uint32_t)len,
+				    write_done);
+		} else {
+			g_stats.reads++;
+			g_stats.bytes_read += len;
+			complete_data(r, g_ns + (slba << NVMET_LBA_SHIFT), (uint32_t)len, r->nq->ns_lkey);
+		}
+		return;
+	default:
+		nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0);
+		return;
+	}
+bad_ns:
+	nvmet_complete(r, NVME_SC_INVALID_NS | NVME_STATUS_DNR, 0);
+}
+
+void nvmet_exec(struct nvmet_req *r)
+{
+	struct nvmet_ctrl *c = r->nq->ctrl;
+
+	if (r->cmd.opcode == NVME_FABRICS_COMMAND) {
+		exec_fabrics(r);
+		return;
+	}
+	if (!c) {   /* Connect first */
+		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if (r->nq->qid == 0)
+		exec_admin(r, c);
+	else
+		exec_io(r, c);
+}

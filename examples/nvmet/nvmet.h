@@ -1,0 +1,106 @@
+/* qsm-nvmet: a userspace NVMe over Fabrics RDMA target on rdma-qsm.  What the transport
+ * (rdma.c: the passive-queue class), the controller (cmd.c: Fabrics, admin and I/O commands)
+ * and the host loop (main.c) share. */
+#ifndef QSM_NVMET_H
+#define QSM_NVMET_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <qsm/qsm.h>
+
+#include "nvme.h"
+
+#define NVMET_MAX_DEPTH 128      /* entries of an I/O queue (CAP.MQES + 1) */
+#define NVMET_AQ_DEPTH 32        /* entries of an admin queue (the host asks for 32) */
+#define NVMET_MAX_QID 64         /* I/O queues per controller */
+#define NVMET_BUF_SIZE 4096      /* per-request buffer: connect data, identify, log pages */
+#define NVMET_MDTS 8             /* 2^8 * 4 KiB = 1 MiB per command */
+#define NVMET_LBA_SHIFT 9        /* 512-byte LBAs */
+#define NVMET_MAX_AER 4          /* AERL + 1 */
+
+struct nvmet_opts {
+	const char *addr;
+	uint16_t port;
+	char subnqn[224];
+	uint64_t ns_size;
+	unsigned max_io_queues;
+	int verbose;
+	int family;              /* AF_INET / AF_INET6 of addr */
+};
+
+struct nvmet_stats {
+	uint64_t queues_requested, queues_rejected, queues_accepted, queues_live, queues_released;
+	uint64_t device_removals, wc_errors, protocol_errors;
+	uint64_t ctrls_created, ctrls_freed, connects, connect_errors;
+	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
+	uint64_t bytes_read, bytes_written;
+};
+
+extern struct nvmet_opts g_opts;
+extern struct nvmet_stats g_stats;
+extern uint8_t *g_ns;            /* the namespace: g_opts.ns_size bytes of RAM */
+
+#define LOG(...) do { printf("qsm-nvmet: " __VA_ARGS__); putchar('\n'); fflush(stdout); } while (0)
+#define VLOG(...) do { if (g_opts.verbose) LOG(__VA_ARGS__); } while (0)
+
+struct nvmet_queue;
+struct nvmet_ctrl;
+
+/* One command in flight: its capsule copied out of the receive buffer, its response capsule
+ * and a 4 KiB buffer (both registered), and where its data goes. */
+struct nvmet_req {
+	struct nvmet_queue *nq;
+	uint32_t idx;
+	int busy;
+	struct nvme_sqe cmd;
+	struct nvme_cqe *rsp;
+	uint8_t *buf;
+	/* the host's buffer, from the keyed SGL data block descriptor */
+	uint64_t raddr;
+	uint32_t rkey, rlen;
+	/* controller -> host data to RDMA WRITE before the response */
+	void *c2h;
+	uint32_t c2h_len, c2h_lkey;
+	/* host -> controller data arrived (RDMA READ completed) */
+	void (*then)(struct nvmet_req *r);
+};
+
+/* A queue (passive rdma-qsm queue): the class's private area. */
+struct nvmet_queue {
+	struct qsm_conn *q;
+	uint32_t serial;
+	uint16_t qid;
+	uint16_t depth;          /* receives posted = host's hsqsize + 1 (our crqsize) */
+	uint16_t hrqsize;
+	uint16_t sqhd;
+	struct nvmet_ctrl *ctrl;
+	uint8_t *recv_bufs;      /* depth * 64-byte command capsules */
+	struct nvme_cqe *rsps;   /* nreqs response capsules */
+	uint8_t *bufs;           /* nreqs * NVMET_BUF_SIZE */
+	struct nvmet_req *reqs;
+	uint32_t nreqs, nfree;
+	uint32_t *free_list;
+	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr, *ns_mr;
+	uint32_t buf_lkey, ns_lkey;
+	struct nvmet_queue *next, *prev;   /* every queue alive, for the exit */
+};
+
+/* rdma.c: the transport */
+extern const struct qsm_class nvmet_queue_class;
+/* Sends the response (after the RDMA WRITE of r->c2h, if any) and frees r when it is sent.
+ * status: SCT << 8 | SC, | NVME_STATUS_DNR. */
+void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);
+/* RDMA READs r's host data (len bytes) into dst (lkey), then calls then(r). */
+void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
+		 void (*then)(struct nvmet_req *r));
+void nvmet_queues_take_all(void);      /* at exit, before qsm_ctx_free() */
+void nvmet_queues_free_all(void);      /* at exit, after qsm_ctx_free() */
+
+/* cmd.c: the controller */
+void nvmet_exec(struct nvmet_req *r);  /* a new command capsule */
+void nvmet_queue_detach(struct nvmet_queue *nq);   /* the queue is closing */
+unsigned nvmet_ctrls_live(void);
+void nvmet_ctrls_free_all(void);
+
+#endif

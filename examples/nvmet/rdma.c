@@ -1,0 +1,444 @@
+/* qsm-nvmet: the NVMe/RDMA transport as an rdma-qsm passive-queue class.
+ *
+ *   REQUESTED.enter  validates the NVMe/RDMA CM request (recfmt, qid, hsqsize, hrqsize) and
+ *                    accepts with the REP private data (crqsize), or rejects with the
+ *                    NVMe/RDMA reject format and its reason;
+ *   qp_ready         registers the queue's buffers and posts one receive per queue entry
+ *                    before the accept goes out;
+ *   completion       the capsule state machine: RECV (a command capsule) -> [RDMA READ of
+ *                    host data] -> execute -> [RDMA WRITE of controller data] -> SEND (the
+ *                    response capsule) -> the request slot is free again;
+ *   device_removed   drops the queue's MRs (the base class releases the QP and the id);
+ *   release          frees everything the queue allocated.
+ * Every other edge is the base class's: CONNECTED -> ready, losses drain and close. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvmet.h"
+
+enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE };
+#define WR_ID(kind, idx) ((uint64_t)(idx) << 8 | (kind))
+
+static uint32_t next_serial;
+static struct nvmet_queue *all_queues;
+
+static void nq_link(struct nvmet_queue *nq)
+{
+	nq->next = all_queues;
+	if (all_queues)
+		all_queues->prev = nq;
+	all_queues = nq;
+}
+
+static void nq_unlink(struct nvmet_queue *nq)
+{
+	if (nq->prev)
+		nq->prev->next = nq->next;
+	else if (all_queues == nq)
+		all_queues = nq->next;
+	if (nq->next)
+		nq->next->prev = nq->prev;
+	nq->next = nq->prev = NULL;
+}
+
+/* What the queue allocated itself (the MR handles go with the queue). */
+static void nq_free(struct nvmet_queue *nq)
+{
+	nq_unlink(nq);
+	free(nq->recv_bufs);
+	free(nq->rsps);
+	free(nq->bufs);
+	free(nq->reqs);
+	free(nq->free_list);
+	nq->recv_bufs = NULL;
+	nq->rsps = NULL;
+	nq->bufs = NULL;
+	nq->reqs = NULL;
+	nq->free_list = NULL;
+}
+
+/* At exit: qsm_ctx_free() frees the queues (and their private areas) without callbacks, and
+ * their QPs may use the buffers until then.  So: take the buffers out of the queues first,
+ * free them once the ctx is gone. */
+static void **exit_bufs;
+static size_t exit_nbufs;
+
+void nvmet_queues_take_all(void)
+{
+	size_t n = 0;
+
+	for (struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+		n += 5;
+	exit_bufs = calloc(n ? n : 1, sizeof(void *));
+	while (all_queues) {
+		struct nvmet_queue *nq = all_queues;
+
+		if (exit_bufs) {
+			exit_bufs[exit_nbufs++] = nq->recv_bufs;
+			exit_bufs[exit_nbufs++] = nq->rsps;
+			exit_bufs[exit_nbufs++] = nq->bufs;
+			exit_bufs[exit_nbufs++] = nq->reqs;
+			exit_bufs[exit_nbufs++] = nq->free_list;
+		}
+		nq_unlink(nq);
+	}
+}
+
+void nvmet_queues_free_all(void)
+{
+	for (size_t i = 0; i < exit_nbufs; i++)
+		free(exit_bufs[i]);
+	free(exit_bufs);
+	exit_bufs = NULL;
+	exit_nbufs = 0;
+}
+
+static int nq_alloc(struct nvmet_queue *nq)
+{
+	/* twice the queue depth, as the host may send the next command as soon as it has a
+	 * response, before our send's completion freed the slot */
+	nq->nreqs = 2u * nq->depth;
+	nq->recv_bufs = calloc(nq->depth, NVME_SQE_SIZE);
+	nq->rsps = calloc(nq->nreqs, sizeof(*nq->rsps));
+	if (posix_memalign((void **)&nq->bufs, 4096, (size_t)nq->nreqs * NVMET_BUF_SIZE))
+		nq->bufs = NULL;
+	nq->reqs = calloc(nq->nreqs, sizeof(*nq->reqs));
+	nq->free_list = calloc(nq->nreqs, sizeof(*nq->free_list));
+	if (!nq->recv_bufs || !nq->rsps || !nq->bufs || !nq->reqs || !nq->free_list)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nq->nreqs; i++) {
+		struct nvmet_req *r = &nq->reqs[i];
+
+		r->nq = nq;
+		r->idx = i;
+		r->rsp = &nq->rsps[i];
+		r->buf = nq->bufs + (size_t)i * NVMET_BUF_SIZE;
+		nq->free_list[i] = nq->nreqs - 1 - i;
+	}
+	nq->nfree = nq->nreqs;
+	return 0;
+}
+
+static struct nvmet_req *req_get(struct nvmet_queue *nq)
+{
+	struct nvmet_req *r;
+
+	if (!nq->nfree)
+		return NULL;
+	r = &nq->reqs[nq->free_list[--nq->nfree]];
+	r->busy = 1;
+	r->c2h = NULL;
+	r->c2h_len = 0;
+	r->then = NULL;
+	return r;
+}
+
+static void req_put(struct nvmet_req *r)
+{
+	struct nvmet_queue *nq = r->nq;
+
+	if (!r->busy)
+		return;
+	r->busy = 0;
+	nq->free_list[nq->nfree++] = r->idx;
+}
+
+static int post_recv(struct nvmet_queue *nq, uint32_t i)
+{
+	struct qsm_sge s = { .addr = (uintptr_t)(nq->recv_bufs + (size_t)i * NVME_SQE_SIZE),
+			     .length = NVME_SQE_SIZE, .lkey = qsm_mr_lkey(nq->recv_mr) };
+
+	return qsm_conn_post_recv(nq->q, WR_ID(WR_RECV, i), &s, 1);
+}
+
+/* The queue cannot go on (a protocol error, or no slot): disconnect; the machine drains
+ * and closes, and release frees it. */
+static void nq_fail(struct nvmet_queue *nq, const char *why)
+{
+	g_stats.protocol_errors++;
+	LOG("queue %u (qid %u): %s: disconnecting", nq->serial, nq->qid, why);
+	qsm_conn_disconnect(nq->q);
+}
+
+/* ---- the capsule state machine ---- */
+
+void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
+{
+	struct nvmet_queue *nq = r->nq;
+	struct qsm_sge s;
+	int rc;
+
+	if (status)
+		g_stats.errors++;
+	if (status && g_opts.verbose)
+		LOG("queue %u (qid %u): cid %u opcode 0x%02x cdw10 0x%08x: status 0x%03x", nq->serial,
+		    nq->qid, le16toh(r->cmd.cid), r->cmd.opcode, le32toh(r->cmd.cdw10), status & 0x7ff);
+	memset(r->rsp, 0, sizeof(*r->rsp));
+	r->rsp->result = htole64(result);
+	r->rsp->sqhd = htole16(nq->sqhd);
+	r->rsp->sqid = htole16(nq->qid);
+	r->rsp->cid = r->cmd.cid;
+	r->rsp->status = htole16((uint16_t)(status << 1));
+	if (!status && r->c2h_len) {
+		/* RC ordering: the data is placed before the response that follows it */
+		s = (struct qsm_sge){ .addr = (uintptr_t)r->c2h, .length = r->c2h_len, .lkey = r->c2h_lkey };
+		rc = qsm_conn_post_write(nq->q, WR_ID(WR_WRITE, r->idx), &s, 1, r->raddr, r->rkey, 0);
+		if (rc < 0) {
+			req_put(r);
+			if (rc != -ENOTCONN)
+				nq_fail(nq, "cannot post RDMA WRITE");
+			return;
+		}
+	}
+	s = (struct qsm_sge){ .addr = (uintptr_t)r->rsp, .length = sizeof(*r->rsp),
+			      .lkey = qsm_mr_lkey(nq->rsp_mr) };
+	rc = qsm_conn_post_send(nq->q, WR_ID(WR_SEND, r->idx), &s, 1, QSM_POST_SIGNALED);
+	if (rc < 0) {
+		req_put(r);
+		if (rc != -ENOTCONN)
+			nq_fail(nq, "cannot post the response");
+	}
+}
+
+void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
+		 void (*then)(struct nvmet_req *r))
+{
+	struct qsm_sge s = { .addr = (uintptr_t)dst, .length = len, .lkey = lkey };
+	int rc;
+
+	r->then = then;
+	rc = qsm_conn_post_read(r->nq->q, WR_ID(WR_READ, r->idx), &s, 1, r->raddr, r->rkey,
+				QSM_POST_SIGNALED);
+	if (rc < 0) {
+		req_put(r);
+		if (rc != -ENOTCONN)
+			nq_fail(r->nq, "cannot post RDMA READ");
+	}
+}
+
+/* DPTR: the kernel host always sends one keyed SGL data block descriptor (a null one when
+ * there is no data); in-capsule data is not offered (no SGL offset support in Identify). */
+static uint16_t parse_sgl(struct nvmet_req *r)
+{
+	const struct nvme_sgl *sgl = &r->cmd.sgl;
+
+	r->raddr = le64toh(sgl->addr);
+	r->rlen = get_le24(sgl->length);
+	r->rkey = get_le32b(sgl->key);
+	if ((sgl->type >> 4) != NVME_SGL_KEYED_DATA) {
+		r->rlen = 0;
+		return NVME_SC_SGL_INVALID_TYPE | NVME_STATUS_DNR;
+	}
+	return 0;
+}
+
+static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
+{
+	struct nvmet_req *r;
+	uint16_t st;
+	int rc;
+
+	if (i >= nq->depth)
+		return 0;
+	if (len < NVME_SQE_SIZE) {
+		nq_fail(nq, "short command capsule");
+		return 0;
+	}
+	r = req_get(nq);
+	if (!r) {
+		nq_fail(nq, "no free request slot");
+		return 0;
+	}
+	memcpy(&r->cmd, nq->recv_bufs + (size_t)i * NVME_SQE_SIZE, NVME_SQE_SIZE);
+	/* the receive buffer is free again: post it before running the command */
+	rc = post_recv(nq, i);
+	if (rc < 0 && rc != -ENOTCONN) {
+		req_put(r);
+		nq_fail(nq, "cannot repost a receive");
+		return 0;
+	}
+	if (++nq->sqhd == nq->depth)
+		nq->sqhd = 0;
+	g_stats.cmds++;
+	st = parse_sgl(r);
+	if (st && r->cmd.opcode != NVME_ADMIN_ASYNC_EVENT && r->cmd.opcode != NVME_ADMIN_KEEP_ALIVE) {
+		nvmet_complete(r, st, 0);
+		return 0;
+	}
+	nvmet_exec(r);
+	return 0;
+}
+
+static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+	unsigned kind = wc->wr_id & 0xff;
+	uint32_t idx = (uint32_t)(wc->wr_id >> 8);
+
+	if (wc->status != QSM_WC_SUCCESS) {
+		/* the QP is in ERR: the queue's machine takes the loss (WC_ERROR) and drains */
+		if (wc->status != QSM_WC_WR_FLUSH_ERR) {
+			g_stats.wc_errors++;
+			LOG("queue %u (qid %u): completion error %d (kind %u)", nq->serial, nq->qid,
+			    wc->status, kind);
+		}
+		return 0;
+	}
+	switch (kind) {
+	case WR_RECV:
+		return on_capsule(nq, idx, wc->byte_len);
+	case WR_READ:
+		if (idx < nq->nreqs && nq->reqs[idx].busy && nq->reqs[idx].then)
+			nq->reqs[idx].then(&nq->reqs[idx]);
+		return 0;
+	case WR_SEND:
+		if (idx < nq->nreqs)
+			req_put(&nq->reqs[idx]);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* ---- the queue's states ---- */
+
+static int nq_reject(struct qsm_conn *q, struct nvmet_queue *nq, uint16_t sts)
+{
+	struct nvme_rdma_cm_rej rej = { .recfmt = 0, .sts = htole16(sts) };
+
+	g_stats.queues_rejected++;
+	LOG("queue %u: rejecting the connection request: NVMe/RDMA status %u", nq->serial, sts);
+	return qsm_conn_reject(q, &rej, sizeof(rej)) < 0;
+}
+
+/* REQUESTED.enter: the request handler. */
+static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+	struct nvme_rdma_cm_req req;
+	struct nvme_rdma_cm_rep rep;
+	unsigned depth;
+
+	nq->q = q;
+	nq->serial = ++next_serial;
+	nq_link(nq);
+	g_stats.queues_requested++;
+	if (!ev->private_data || ev->private_data_len < sizeof(req))
+		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_LEN);
+	memcpy(&req, ev->private_data, sizeof(req));
+	if (le16toh(req.recfmt) != 0)
+		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_RECFMT);
+	nq->qid = le16toh(req.qid);
+	if (nq->qid > NVMET_MAX_QID)
+		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_QID);
+	depth = le16toh(req.hsqsize) + 1u;
+	if (depth < 2 || depth > (nq->qid ? NVMET_MAX_DEPTH : NVMET_AQ_DEPTH))
+		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_HSQSIZE);
+	nq->hrqsize = le16toh(req.hrqsize);
+	if (nq->hrqsize < 1)
+		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_HRQSIZE);
+	nq->depth = (uint16_t)depth;
+	if (nq_alloc(nq) < 0)
+		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
+	VLOG("queue %u: request qid %u hsqsize %u hrqsize %u: accepting, crqsize %u", nq->serial,
+	     nq->qid, depth - 1, nq->hrqsize, depth);
+	memset(&rep, 0, sizeof(rep));
+	rep.crqsize = htole16((uint16_t)depth);
+	return qsm_conn_accept(q, &rep, sizeof(rep)) < 0;
+}
+
+/* The QP exists, the accept is not sent yet: register, then a receive per queue entry. */
+static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+	int r;
+
+	(void)ev;
+	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * NVME_SQE_SIZE,
+				 QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0 ||
+	    (r = qsm_conn_reg_mr(q, nq->rsps, (size_t)nq->nreqs * sizeof(*nq->rsps), 0, &nq->rsp_mr)) < 0 ||
+	    (r = qsm_conn_reg_mr(q, nq->bufs, (size_t)nq->nreqs * NVMET_BUF_SIZE,
+				 QSM_ACCESS_LOCAL_WRITE, &nq->buf_mr)) < 0)
+		goto fail;
+	nq->buf_lkey = qsm_mr_lkey(nq->buf_mr);
+	/* I/O queues move data straight between the namespace and the host's buffers */
+	if (nq->qid) {
+		if ((r = qsm_conn_reg_mr(q, g_ns, g_opts.ns_size, QSM_ACCESS_LOCAL_WRITE, &nq->ns_mr)) < 0)
+			goto fail;
+		nq->ns_lkey = qsm_mr_lkey(nq->ns_mr);
+	}
+	for (uint32_t i = 0; i < nq->depth; i++)
+		if ((r = post_recv(nq, i)) < 0)
+			goto fail;
+	g_stats.queues_accepted++;
+	return 0;
+fail:
+	/* non-zero destroys the queue before the accept is sent, without release */
+	LOG("queue %u (qid %u): cannot set up its buffers: %s", nq->serial, nq->qid, strerror(-r));
+	nq_free(nq);
+	return 1;
+}
+
+static int nq_live(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+
+	(void)ev;
+	g_stats.queues_live++;
+	VLOG("queue %u (qid %u): LIVE", nq->serial, nq->qid);
+	return 0;
+}
+
+static int nq_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+	struct qsm_mr **mrs[] = { &nq->recv_mr, &nq->rsp_mr, &nq->buf_mr, &nq->ns_mr };
+
+	(void)ev;
+	g_stats.device_removals++;
+	LOG("queue %u (qid %u): device removed, dropping its memory registrations", nq->serial, nq->qid);
+	for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
+		if (*mrs[i]) {
+			qsm_mr_dereg(*mrs[i]);
+			*mrs[i] = NULL;
+		}
+	return 0;
+}
+
+static int nq_unexpected(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+
+	LOG("queue %u (qid %u): unexpected event %s in %s", nq->serial, nq->qid,
+	    qsm_event_name(ev->event), qsm_conn_state_name(q));
+	return 0;
+}
+
+static void nq_release(struct qsm_conn *q)
+{
+	struct nvmet_queue *nq = qsm_conn_priv(q);
+
+	if (nq->ctrl)
+		nvmet_queue_detach(nq);
+	if (nq->reqs)   /* accepted, not only requested */
+		VLOG("queue %u (qid %u): closed", nq->serial, nq->qid);
+	g_stats.queues_released++;
+	nq_free(nq);
+}
+
+const struct qsm_class nvmet_queue_class = {
+	.name = "nvmet-rdma",
+	.priv_size = sizeof(struct nvmet_queue),
+	.passive = {
+		[QSM_ACCEPT_REQUESTED] = { .enter = nq_requested },
+		[QSM_ACCEPT_LIVE] = { .enter = nq_live },
+	},
+	.qp_ready = nq_qp_ready,
+	.completion = nq_completion,
+	.device_removed = nq_device_removed,
+	.unexpected = nq_unexpected,
+	.release = nq_release,
+	/* per request slot (2 x depth) at most an RDMA WRITE and a SEND in flight */
+	.qp = { .max_send_wr = 4 * NVMET_MAX_DEPTH + 8, .max_recv_wr = NVMET_MAX_DEPTH },
+};
