@@ -55,6 +55,7 @@ int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts)
 	qsm_list_init(&ctx->conns);
 	qsm_list_init(&ctx->listeners);
 	qsm_list_init(&ctx->devices);
+	qsm_list_init(&ctx->pools);
 
 	ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
 	ctx->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -103,6 +104,7 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 	}
 	while (!qsm_list_empty(&ctx->devices))
 		qsm_device_free(qsm_container_of(ctx->devices.next, struct qsm_device, node));
+	qsm_pools_free(ctx);
 	ctx->ops->destroy(ctx->fabric);
 	qsm_vtables_free(ctx);
 	close(ctx->epfd);

@@ -45,6 +45,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		d->ctx = ctx;
 		d->fdev = fdev;
 		qsm_list_init(&d->conns);
+		qsm_list_init(&d->pool_regs);
 		open_sentinel(d);
 		if (!d->sentinel) {
 			/* Nothing would tell a queue in the gap that this device went away (it may
@@ -56,6 +57,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		ctx->ops->device_get(fdev);
 		qsm_list_add_tail(&ctx->devices, &d->node);
 		ctx->counters.devices_live++;
+		qsm_pools_attach_device(d);
 	}
 	q->dev = d;
 	qsm_list_add_tail(&d->conns, &q->dev_node);
@@ -69,6 +71,7 @@ static void device_close(struct qsm_device *d)
 	if (d->obj.closed)
 		return;
 	d->obj.closed = true;
+	qsm_pools_detach_device(d);
 	if (d->sentinel) {
 		ctx->ops->destroy_id(d->sentinel);
 		qsm_forget_id(ctx, d->sentinel);

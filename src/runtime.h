@@ -41,6 +41,7 @@ struct qsm_device {
 	struct qsm_obj obj;
 	struct qsm_ctx *ctx;
 	struct qsm_fdev *fdev;
+	struct qsm_list pool_regs;  /* struct qsm_pool_reg.dev_node */
 	struct qsm_fid *sentinel;   /* bound to the device: DEVICE_REMOVAL even in the gap */
 	struct qsm_list conns;      /* queues attached (by qsm_conn.dev_node) */
 	struct qsm_list node;       /* ctx->devices */
@@ -120,6 +121,24 @@ struct qsm_mr {
 	struct qsm_list node;
 };
 
+/* A pool, and its registration on each device of the registry. */
+struct qsm_pool {
+	struct qsm_ctx *ctx;
+	void *addr;
+	size_t len;
+	int access;
+	struct qsm_list regs;       /* struct qsm_pool_reg.pool_node */
+	struct qsm_list node;       /* ctx->pools */
+};
+
+struct qsm_pool_reg {
+	struct qsm_pool *pool;
+	struct qsm_device *dev;
+	struct qsm_fmr *fmr;
+	uint32_t lkey, rkey;
+	struct qsm_list pool_node, dev_node;
+};
+
 /* The id of a queued event whose id was destroyed since. */
 #define QSM_STALE_ID ((struct qsm_fid *)(uintptr_t)1)
 
@@ -154,7 +173,7 @@ struct qsm_ctx {
 	struct qsm_timer **heap;
 	uint32_t heap_len, heap_cap;
 
-	struct qsm_list conns, listeners, devices;
+	struct qsm_list conns, listeners, devices, pools;
 	struct qsm_vtable *vtables;       /* one per class in use */
 	struct qsm_counters counters;
 
@@ -193,6 +212,9 @@ void qsm_conn_free(struct qsm_conn *q);
 void qsm_conn_teardown(struct qsm_conn *q);
 
 /* data.c */
+void qsm_pools_attach_device(struct qsm_device *d);
+void qsm_pools_detach_device(struct qsm_device *d);
+void qsm_pools_free(struct qsm_ctx *ctx);
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
 void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it);
 

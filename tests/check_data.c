@@ -21,6 +21,7 @@ struct buf {
 };
 
 static struct buf srv, cli;
+static struct qsm_conn *srv_queue;     /* the server's latest passive queue */
 static int after_destroy;
 static struct qsm_conn *destroyed;
 
@@ -57,6 +58,8 @@ static int on_completion(struct qsm_conn *q, const struct qsm_wc *wc, struct buf
 /* Server: receives posted before the accept goes out; echoes every message back. */
 static int srv_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	srv_queue = q;
+	srv.mr = NULL; /* a new passive queue: the last one's MR went with it */
 	/* the QP exists, the accept is not sent yet: still deciding, QP in INIT */
 	ck_assert_int_eq(ev->event, QSM_EV_ACCEPT);
 	ck_assert_int_eq(qsm_conn_state(q), QSM_ACCEPT_REQUESTED);
@@ -143,6 +146,7 @@ static void setup(void)
 	memset(&cli, 0, sizeof(cli));
 	after_destroy = 0;
 	destroyed = NULL;
+	srv_queue = NULL;
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
@@ -284,6 +288,63 @@ START_TEST(test_data_path_argument_checks)
 }
 END_TEST
 
+/* A target's pool: registered once per device, used by every queue, released with the device. */
+START_TEST(test_pool_is_registered_per_device_and_released_with_it)
+{
+	static char pool_mem[256];
+	struct qsm_pool *pool, *late;
+	struct qsm_conn *q;
+	struct qsm_sge s;
+	uint32_t lkey, rkey, rkey2;
+	char local[16] = "into the pool";
+	struct qsm_mr *lmr;
+
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, sizeof(pool_mem), QSM_ACCESS_LOCAL_WRITE |
+					  QSM_ACCESS_REMOTE_WRITE, &pool), 0);
+	q = connect_client();
+	/* the client's queue is not the pool's ctx: refused */
+	ck_assert_int_eq(qsm_pool_keys(pool, q, &lkey, &rkey), -EINVAL);
+	/* the server's passive queue is on the device: the pool was registered there */
+	ck_assert_ptr_nonnull(srv_queue);
+	ck_assert_int_eq(qsm_pool_keys(pool, srv_queue, &lkey, &rkey), 0);
+	ck_assert_int_ne(rkey, 0);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE, &lmr), 0);
+	s = (struct qsm_sge){ (uintptr_t)local, sizeof(local), qsm_mr_lkey(lmr) };
+	ck_assert_int_eq(qsm_conn_post_write(q, 6, &s, 1, (uintptr_t)pool_mem + 100, rkey,
+					     QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_str_eq(pool_mem + 100, "into the pool");
+	/* a pool made while a device is in use is registered there at once */
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, 64, 0, &late), 0);
+	ck_assert_int_eq(qsm_pool_keys(late, srv_queue, NULL, NULL), 0);
+	ck_assert_int_eq(qsm_pool_dereg(late), 0);
+
+	/* the device goes: the pool lets go of it, so the removal completes */
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump();
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
+	/* it comes back, the client reconnects: the pool is registered on it again */
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
+	srv_queue = NULL;
+	pump(); /* the listener listens again (DEVICE_ADDED) */
+	if (qsm_conn_state(q) != QSM_CM_LIVE) {
+		/* the client's own retry may have raced the listener: reconnect now */
+		ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+		ck_assert_int_eq(qsm_conn_connect(q), 0);
+		pump();
+	}
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_ptr_nonnull(srv_queue);
+	ck_assert_int_eq(qsm_pool_keys(pool, srv_queue, NULL, &rkey2), 0);
+	ck_assert_int_ne(rkey2, rkey); /* a new registration on the new device */
+	ck_assert_int_eq(qsm_pool_dereg(pool), 0);
+	ck_assert_int_eq(qsm_pool_keys(NULL, q, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, NULL, 8, 0, &pool), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, 0, 0, &pool), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, 8, 0x40, &pool), -EINVAL);
+}
+END_TEST
+
 static Suite *data_suite(void)
 {
 	Suite *s = suite_create("data");
@@ -297,6 +358,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_device_removal_releases_mrs_after_device_removed_handler);
 	tcase_add_test(t, test_no_completion_after_destroy);
 	tcase_add_test(t, test_data_path_argument_checks);
+	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
 	suite_add_tcase(s, t);
 	return s;
 }

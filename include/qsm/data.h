@@ -11,7 +11,9 @@ extern "C" {
 #endif
 
 struct qsm_conn;
+struct qsm_ctx;
 struct qsm_mr;
+struct qsm_pool;
 
 /* Access bits for qsm_conn_reg_mr(), as IBV_ACCESS_*. */
 #define QSM_ACCESS_LOCAL_WRITE 1
@@ -68,6 +70,22 @@ int qsm_mr_dereg(struct qsm_mr *mr);
 uint32_t qsm_mr_lkey(const struct qsm_mr *mr);
 uint32_t qsm_mr_rkey(const struct qsm_mr *mr);
 int qsm_mr_valid(const struct qsm_mr *mr);
+
+/*
+ * A pool: memory every queue of the ctx may use (a target's buffer pool, a namespace),
+ * registered once per device rather than once per queue.  The ctx registers it on every
+ * device its registry holds now and on each device it takes into use later; a device's
+ * registration is released when the registry lets the device go (after the queues on it
+ * ran their device_removed handlers and released what they held, so removal completes),
+ * and made again when a device is taken into use again.  Keys are per device: ask with the
+ * queue that will use them.  qsm_pool_keys() returns -ENODEV when that queue's device has
+ * no registration (no device yet, being removed, or registering failed there).
+ */
+int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret);
+int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
+		  uint32_t *rkey);
+/* Deregisters it on every device and frees it; no queue may still use its keys. */
+int qsm_pool_dereg(struct qsm_pool *pool);
 
 /*
  * Work requests on the queue's QP.  Possible from CONNECTING (receives) or CONNECTED
