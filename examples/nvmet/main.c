@@ -33,6 +33,7 @@ struct nvmet_opts g_opts = {
 };
 struct nvmet_stats g_stats;
 uint8_t *g_ns;
+struct qsm_pool *g_ns_pool;
 
 static void usage(void)
 {
@@ -136,7 +137,8 @@ int main(int argc, char **argv)
 	}
 
 	if ((r = qsm_rdmacm_fabric_new(&f)) < 0 ||
-	    (r = qsm_ctx_new(&ctx, &(struct qsm_ctx_opts){ .fabric = f })) < 0) {
+	    (r = qsm_ctx_new(&ctx, &(struct qsm_ctx_opts){ .fabric = f })) < 0 ||
+	    (r = qsm_ctx_reg_pool(ctx, g_ns, g_opts.ns_size, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool)) < 0) {
 		fprintf(stderr, "qsm-nvmet: %s\n", strerror(-r));
 		return 1;
 	}

@@ -40,6 +40,7 @@ struct nvmet_stats {
 extern struct nvmet_opts g_opts;
 extern struct nvmet_stats g_stats;
 extern uint8_t *g_ns;            /* the namespace: g_opts.ns_size bytes of RAM */
+extern struct qsm_pool *g_ns_pool; /* g_ns, registered once per device (qsm_ctx_reg_pool) */
 
 #define LOG(...) do { printf("qsm-nvmet: " __VA_ARGS__); putchar('\n'); fflush(stdout); } while (0)
 #define VLOG(...) do { if (g_opts.verbose) LOG(__VA_ARGS__); } while (0)
@@ -81,7 +82,7 @@ struct nvmet_queue {
 	struct nvmet_req *reqs;
 	uint32_t nreqs, nfree;
 	uint32_t *free_list;
-	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr, *ns_mr;
+	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr;
 	uint32_t buf_lkey, ns_lkey;
 	struct nvmet_queue *next, *prev;   /* every queue alive, for the exit */
 };

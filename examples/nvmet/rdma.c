@@ -362,12 +362,10 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 				 QSM_ACCESS_LOCAL_WRITE, &nq->buf_mr)) < 0)
 		goto fail;
 	nq->buf_lkey = qsm_mr_lkey(nq->buf_mr);
-	/* I/O queues move data straight between the namespace and the host's buffers */
-	if (nq->qid) {
-		if ((r = qsm_conn_reg_mr(q, g_ns, g_opts.ns_size, QSM_ACCESS_LOCAL_WRITE, &nq->ns_mr)) < 0)
-			goto fail;
-		nq->ns_lkey = qsm_mr_lkey(nq->ns_mr);
-	}
+	/* I/O queues move data straight between the namespace and the host's buffers: the
+	 * namespace is a pool, registered once on this device for every queue on it */
+	if (nq->qid && (r = qsm_pool_keys(g_ns_pool, q, &nq->ns_lkey, NULL)) < 0)
+		goto fail;
 	for (uint32_t i = 0; i < nq->depth; i++)
 		if ((r = post_recv(nq, i)) < 0)
 			goto fail;
@@ -393,7 +391,7 @@ static int nq_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 static int nq_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct nvmet_queue *nq = qsm_conn_priv(q);
-	struct qsm_mr **mrs[] = { &nq->recv_mr, &nq->rsp_mr, &nq->buf_mr, &nq->ns_mr };
+	struct qsm_mr **mrs[] = { &nq->recv_mr, &nq->rsp_mr, &nq->buf_mr };
 
 	(void)ev;
 	g_stats.device_removals++;
