@@ -23,6 +23,7 @@
 #include <qsm/rdmacm.h>
 
 #include "fabric.h"
+#include "addr.h"
 #include "list.h"
 
 #define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */
@@ -1091,29 +1092,6 @@ static void rc_destroy_id(struct qsm_fid *id)
 	}
 }
 
-static socklen_t sa_len(const struct sockaddr *sa)
-{
-	switch (sa->sa_family) {
-	case AF_INET:
-		return sizeof(struct sockaddr_in);
-	case AF_INET6:
-		return sizeof(struct sockaddr_in6);
-	default:
-		return 0;
-	}
-}
-
-/* librdmacm takes non-const addresses; give it a copy of exactly the family's size. */
-static int sa_copy(struct sockaddr_storage *ss, const struct sockaddr *sa)
-{
-	socklen_t len = sa_len(sa);
-
-	if (!len)
-		return -EAFNOSUPPORT;
-	memset(ss, 0, sizeof(*ss));
-	memcpy(ss, sa, len);
-	return 0;
-}
 
 static int rc_bind(struct qsm_fid *id, const struct sockaddr *addr)
 {
@@ -1122,7 +1100,7 @@ static int rc_bind(struct qsm_fid *id, const struct sockaddr *addr)
 
 	if (!id || !addr)
 		return -EINVAL;
-	if ((r = sa_copy(&ss, addr)) < 0)
+	if ((r = qsm_sockaddr_copy(&ss, addr)) < 0)
 		return r;
 	if (rdma_bind_addr(id->cm, (struct sockaddr *)&ss) < 0)
 		return errno_or(EINVAL);
@@ -1148,7 +1126,7 @@ static int rc_resolve_addr(struct qsm_fid *id, const struct sockaddr *src, const
 
 	if (!id || !dst)
 		return -EINVAL;
-	if ((r = sa_copy(&d, dst)) < 0 || (src && (r = sa_copy(&s, src)) < 0))
+	if ((r = qsm_sockaddr_copy(&d, dst)) < 0 || (src && (r = qsm_sockaddr_copy(&s, src)) < 0))
 		return r;
 	if (rdma_resolve_addr(id->cm, src ? (struct sockaddr *)&s : NULL, (struct sockaddr *)&d,
 			      timeout_ms) < 0)
@@ -1415,7 +1393,7 @@ static int rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss)
 		struct sockaddr_storage cand;
 		struct rdma_cm_id *tmp;
 
-		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || sa_copy(&cand, i->ifa_addr) < 0)
+		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || qsm_sockaddr_copy(&cand, i->ifa_addr) < 0)
 			continue;
 		if (rdma_create_id(d->fab->ch, &tmp, NULL, RDMA_PS_TCP) < 0)
 			continue;
@@ -1439,7 +1417,7 @@ static int rc_id_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss)
 	if (!id || !ss)
 		return -EINVAL;
 	sa = rdma_get_local_addr(id->cm);
-	if (sa_copy(ss, sa) < 0)
+	if (qsm_sockaddr_copy(ss, sa) < 0)
 		return -ENOENT;
 	return 0;
 }

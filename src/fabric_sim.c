@@ -16,6 +16,7 @@
 #include <qsm/sim.h>
 
 #include "fabric.h"
+#include "addr.h"
 #include "list.h"
 
 #define DEV_NAME_MAX 64          /* IB_DEVICE_NAME_MAX, terminator included */
@@ -174,31 +175,7 @@ static bool fault_take(struct qsm_sim *sim, enum qsm_sim_fault f)
 	return true;
 }
 
-/* ---- addresses ---- */
-
-static size_t addr_len(int family)
-{
-	switch (family) {
-	case AF_INET:
-		return sizeof(struct sockaddr_in);
-	case AF_INET6:
-		return sizeof(struct sockaddr_in6);
-	default:
-		return 0;
-	}
-}
-
-/* Callers hand in a sockaddr_in or _in6, not a full sockaddr_storage: read only what the family has. */
-static int addr_copy(struct sockaddr_storage *ss, const struct sockaddr *sa)
-{
-	size_t len = addr_len(sa->sa_family);
-
-	if (!len)
-		return -EAFNOSUPPORT;
-	memset(ss, 0, sizeof(*ss));
-	memcpy(ss, sa, len);
-	return 0;
-}
+/* ---- addresses (addr.h copies them in) ---- */
 
 static const void *addr_ip(const struct sockaddr_storage *ss, size_t *len)
 {
@@ -699,7 +676,7 @@ static int id_bind(struct sim_id *id, const struct sockaddr *sa)
 	uint16_t port;
 	int r;
 
-	r = addr_copy(&ss, sa);
+	r = qsm_sockaddr_copy(&ss, sa);
 	if (r < 0)
 		return r;
 	if (!addr_is_any(&ss)) {
@@ -1097,7 +1074,7 @@ static int sim_resolve_addr(struct qsm_fid *fid, const struct sockaddr *src,
 	sim = id->fab->sim;
 	if (id->state != ID_IDLE && id->state != ID_BOUND)
 		return -EINVAL;
-	r = addr_copy(&daddr, dst);
+	r = qsm_sockaddr_copy(&daddr, dst);
 	if (r < 0)
 		return r;
 	if (id->state == ID_IDLE) {
