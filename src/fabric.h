@@ -14,7 +14,9 @@
 /*
  * Contract, shaped on librdmacm so that the rdmacm backend is a thin mapping:
  *
- * - A fabric belongs to one ctx (one thread).  Nothing in it is thread safe.
+ * - A fabric belongs to one ctx (one thread): its calls are never made concurrently.  A
+ *   backend whose resources are process-wide (rdmacm: librdmacm's verbs contexts, their
+ *   async-event fds) guards those behind its own lock, so ctxs on other threads may share them.
  * - An id is the fabric's rdma_cm_id.  It is created with an *owner* (an opaque
  *   pointer of the runtime's: a queue, a listener or a device sentinel) and every
  *   event for the id carries that owner back.  set_owner() changes it.
