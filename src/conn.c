@@ -150,13 +150,16 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 	case QSM_ACT_RESOLVE_ROUTE: {
 		struct qsm_fdev *d = ops->id_device(q->id);
 
+		r = 0;
 		if (d && (!q->dev || q->dev->fdev != d)) {
 			/* another device now: what was registered on the old one goes */
 			qsm_conn_release_mrs(q, false);
 			qsm_device_detach(q);
-			qsm_device_attach(q, d);
+			r = qsm_device_attach(q, d);
 		}
-		r = ops->resolve_route(q->id, (int)ms_or(q->timeouts.resolve_ms, 2000));
+		/* no registry entry (no sentinel, no memory): this attempt cannot work, retry */
+		if (r == 0)
+			r = ops->resolve_route(q->id, (int)ms_or(q->timeouts.resolve_ms, 2000));
 		if (r < 0)
 			feed_back(q, QSM_EV_ROUTE_ERROR, r);
 		break;
@@ -446,22 +449,27 @@ int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
 	struct qsm_ctx *ctx = l->ctx;
 	struct qsm_conn *q = conn_alloc(ctx, l->cls, true);
 	struct qsm_fdev *d;
-	int r;
+	int r = 0;
 
 	if (!q)
 		return -ENOMEM;
-	q->id = it->id;
 	q->user = l->user;
 	q->listener = l;
 	q->timeouts = l->timeouts;
-	ctx->ops->set_owner(q->id, &q->obj);
-	d = ctx->ops->id_device(q->id);
+	/* A queue without its device in the registry could never register memory: refuse the
+	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
+	d = ctx->ops->id_device(it->id);
 	if (d)
-		qsm_device_attach(q, d);
-	r = qsm_post_copy(ctx, &q->obj, it);
-	if (r < 0)
-		qsm_conn_teardown(q);
-	return r;
+		r = qsm_device_attach(q, d);
+	if (r == 0)
+		r = qsm_post_copy(ctx, &q->obj, it);
+	if (r < 0) {
+		qsm_conn_teardown(q); /* the id is still the listener's to reject and destroy */
+		return r;
+	}
+	q->id = it->id;
+	ctx->ops->set_owner(q->id, &q->obj);
+	return 0;
 }
 
 static int downcall(struct qsm_conn *q, int event)
