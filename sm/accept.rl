@@ -26,8 +26,10 @@
 	action CLOSED         { QSM_SM_TO(QSM_ACCEPT_CLOSED); }
 
 	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
-	lost    = QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
-	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
+	# The QP failed: a fatal async event, or an error completion (not a flush).
+	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR;
+	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE;
+	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE;
 
 	main := (
 	start:
@@ -49,7 +51,7 @@
 		QSM_EV_ESTABLISHED                  @establish                    -> Connected |
 		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED | QSM_EV_TIMEOUT )
 		                                    @release_all                  -> Closed |
-		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL )
+		( QSM_EV_DISCONNECTED | qp_error )
 		                                    @start_drain                  -> Draining |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
@@ -73,7 +75,7 @@
 
 	# Entered from ACCEPTING too: the accept may still fail underneath.
 	Disconnecting: (
-		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_TIMEOUT )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Draining |
 		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED )
 		                                    @release_all                  -> Closed |

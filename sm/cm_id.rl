@@ -12,6 +12,7 @@
 	action resolve_route  { QSM_SM_ACT(QSM_ACT_RESOLVE_ROUTE); }
 	action connect        { QSM_SM_ACT(QSM_ACT_CONNECT); }
 	action establish      { QSM_SM_ACT(QSM_ACT_ESTABLISH); }
+	action reset_backoff  { QSM_SM_ACT(QSM_ACT_RESET_BACKOFF); }
 	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
 	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
 	action release_id     { QSM_SM_ACT(QSM_ACT_RELEASE_ID); }
@@ -36,8 +37,10 @@
 
 	# Event classes that share an edge.
 	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
-	lost    = QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
-	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | QSM_EV_QP_FATAL | QSM_EV_ADDR_CHANGE;
+	# The QP failed: a fatal async event, or an error completion (not a flush).
+	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR;
+	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE;
+	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE;
 
 	main := (
 	start:
@@ -65,7 +68,7 @@
 	Connecting: (
 		QSM_EV_ESTABLISHED                  @establish                    -> Connected |
 		( QSM_EV_REJECTED | QSM_EV_UNREACHABLE | QSM_EV_CONNECT_ERROR |
-		  QSM_EV_ADDR_CHANGE | QSM_EV_QP_FATAL | QSM_EV_TIMEOUT )
+		  QSM_EV_ADDR_CHANGE | qp_error | QSM_EV_TIMEOUT )
 		                                    @release_id @arm_retry        -> ReconnectWait |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
@@ -87,7 +90,7 @@
 	) >~LIVE,
 
 	Disconnecting: (
-		( QSM_EV_DISCONNECTED | QSM_EV_QP_FATAL | QSM_EV_TIMEOUT )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Closing |
 		QSM_EV_DISCONNECT                                                 -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
@@ -119,8 +122,9 @@
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
 	) >~RECONNECT_WAIT,
 
+	# The ULP starts over: a fresh reconnect policy.
 	Failed: (
-		QSM_EV_CONNECT                      @resolve_addr                 -> AddrResolving |
+		QSM_EV_CONNECT                      @reset_backoff @resolve_addr  -> AddrResolving |
 		QSM_EV_DEVICE_REMOVAL               @release_device               -> Failed |
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
 	) >~FAILED,

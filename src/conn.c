@@ -121,6 +121,13 @@ static void arm_retry(struct qsm_conn *q)
 	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
 }
 
+static void reset_backoff(struct qsm_conn *q)
+{
+	q->attempts = 0;
+	q->next_delay_ms = 0;
+	q->lost_at_ns = 0;
+}
+
 /* The QP is there and nothing is sent yet: the ULP posts its receives now. */
 static void qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
@@ -191,9 +198,10 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 	case QSM_ACT_ESTABLISH:
 		if (!q->passive)
 			qp_feed(q, QSM_EV_QP_TO_RTR), qp_feed(q, QSM_EV_QP_TO_RTS);
-		q->attempts = 0;
-		q->next_delay_ms = 0;
-		q->lost_at_ns = 0;
+		reset_backoff(q);
+		break;
+	case QSM_ACT_RESET_BACKOFF:
+		reset_backoff(q);
 		break;
 	case QSM_ACT_DISCONNECT:
 		r = ops->disconnect(q->id);
@@ -364,11 +372,10 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 		take_abort(q);
 		return;
 	}
-	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR)
+	/* what the QP itself went through, before the queue's machine hears of it */
+	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED)
 		qp_feed(q, it->event);
-	else if (it->event == QSM_EV_DRAINED)
-		qp_feed(q, QSM_EV_DRAINED);
-	step(q, it->event == QSM_EV_WC_ERROR ? QSM_EV_QP_FATAL : it->event, it->status, it->pdata,
+	step(q, it->event, it->status, it->pdata,
 	     it->pdata_len);
 	take_abort(q);
 }
@@ -454,7 +461,6 @@ int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
 	if (!q)
 		return -ENOMEM;
 	q->user = l->user;
-	q->listener = l;
 	q->timeouts = l->timeouts;
 	/* A queue without its device in the registry could never register memory: refuse the
 	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
@@ -485,11 +491,6 @@ int qsm_conn_connect(struct qsm_conn *q)
 {
 	if (q && q->passive)
 		return -EOPNOTSUPP;
-	if (q && !q->dead && q->state == QSM_CM_FAILED) {
-		q->attempts = 0;
-		q->next_delay_ms = 0;
-		q->lost_at_ns = 0;
-	}
 	return downcall(q, QSM_EV_CONNECT);
 }
 
@@ -509,14 +510,14 @@ static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, 
 
 	if (!q || !q->passive || len > max || (len && !pdata))
 		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
-	if (q->dead || q->state != QSM_ACCEPT_REQUESTED)
+	if (q->dead || qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
 		return -EINVAL;
 	if (q->decided)
 		return -EALREADY; /* one decision per request: the first one stands */
 	q->pdata_len = (uint8_t)len;
 	if (len)
 		memcpy(q->pdata, pdata, len);
-	r = downcall(q, event);
+	r = qsm_post(q->ctx, &q->obj, event, 0);
 	if (r == 0)
 		q->decided = true;
 	return r;

@@ -39,7 +39,6 @@ static int do_listen(struct qsm_listener *l)
 
 static void arm_relisten(struct qsm_listener *l)
 {
-	l->attempts++;
 	qsm_timer_arm(l->ctx, &l->timer, QSM_EV_RETRY,
 		      qsm_backoff_next(l->ctx, &l->relisten, &l->next_delay_ms));
 }
@@ -72,7 +71,6 @@ static void run_action(struct qsm_listener *l, enum qsm_action a, const struct q
 	case QSM_ACT_TRY_LISTEN:
 		if (do_listen(l) == 0) {
 			qsm_timer_cancel(l->ctx, &l->timer);
-			l->attempts = 0;
 			l->next_delay_ms = 0;
 			qsm_post(l->ctx, &l->obj, QSM_EV_LISTEN, 0);
 		} else {

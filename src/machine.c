@@ -50,6 +50,7 @@ static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_SPAWN_PASSIVE] = "spawn_passive",
 	[QSM_ACT_RELEASE_LISTEN_ID] = "release_listen_id",
 	[QSM_ACT_TRY_LISTEN] = "try_listen",
+	[QSM_ACT_RESET_BACKOFF] = "reset_backoff",
 };
 
 const char *qsm_event_name(int event)

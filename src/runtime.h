@@ -89,7 +89,6 @@ struct qsm_conn {
 	union qsm_addr dst, src;
 	bool has_src;
 	void *user;
-	struct qsm_listener *listener;
 	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
 	uint8_t pdata[QSM_CONN_PDATA_MAX];
 	_Alignas(16) unsigned char priv[];
@@ -106,7 +105,6 @@ struct qsm_listener {
 	int backlog;
 	struct qsm_reconnect_policy relisten;
 	struct qsm_timeouts timeouts;
-	uint32_t attempts;
 	uint32_t next_delay_ms;
 	struct qsm_timer timer;
 	struct qsm_list node;       /* ctx->listeners */

@@ -88,8 +88,9 @@ enum qsm_action {
 	QSM_ACT_SPAWN_PASSIVE,      /* listener: make a passive queue for the request */
 	QSM_ACT_RELEASE_LISTEN_ID,  /* listener: destroy the listening id */
 	QSM_ACT_TRY_LISTEN,         /* listener: bind + listen again, LISTEN on success */
+	QSM_ACT_RESET_BACKOFF,      /* a fresh reconnect policy: attempts and delay from zero */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_TRY_LISTEN + 1)
+#define QSM_ACT_LIMIT (QSM_ACT_RESET_BACKOFF + 1)
 
 /* At most this many actions on one edge. */
 #define QSM_EDGE_MAX_ACTIONS 4
