@@ -41,72 +41,42 @@ const struct qsm_class qsm_base_class = {
 	.unexpected = base_unexpected,
 };
 
-static const struct qsm_state_handlers *slot(const struct qsm_class *c, bool passive, int state)
+/* The next class to look in: the super, ending in the base class even if `super` is unset. */
+static const struct qsm_class *up(const struct qsm_class *k)
 {
-	return passive ? &c->passive[state] : &c->active[state];
+	return k->super ? k->super : (k == &qsm_base_class ? NULL : &qsm_base_class);
 }
 
-/* Walk to the base class; a class that forgot `super` still ends there. */
-#define LOOKUP(c, expr) do { \
-		for (const struct qsm_class *k = (c); k; \
-		     k = k->super ? k->super : (k == &qsm_base_class ? NULL : &qsm_base_class)) \
-			if (expr) \
-				return expr; \
-		return NULL; \
+/* The first non-empty `slot` from class c up to the base class. */
+#define RESOLVE(dst, c, slot) do { \
+		for (const struct qsm_class *k = (c); k && !(dst); k = up(k)) \
+			(dst) = k->slot; \
 	} while (0)
 
-qsm_handler_fn qsm_class_enter(const struct qsm_class *c, bool passive, int state)
+static const struct qsm_fabric_qp_attr default_qp = {
+	.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
+};
+
+/* The QP caps of the first class that sets any; the library default for what it leaves 0. */
+static void resolve_qp(struct qsm_fabric_qp_attr *a, const struct qsm_class *c)
 {
-	LOOKUP(c, slot(k, passive, state)->enter);
+	*a = default_qp;
+	for (const struct qsm_class *k = c; k; k = k->super) {
+		const struct qsm_qp_caps *q = &k->qp;
+
+		if (!q->max_send_wr && !q->max_recv_wr)
+			continue;
+		a->max_send_wr = q->max_send_wr ? q->max_send_wr : a->max_send_wr;
+		a->max_recv_wr = q->max_recv_wr ? q->max_recv_wr : a->max_recv_wr;
+		a->max_send_sge = q->max_send_sge ? q->max_send_sge : a->max_send_sge;
+		a->max_recv_sge = q->max_recv_sge ? q->max_recv_sge : a->max_recv_sge;
+		a->max_inline_data = q->max_inline_data;
+		return;
+	}
 }
 
-qsm_handler_fn qsm_class_exit(const struct qsm_class *c, bool passive, int state)
-{
-	LOOKUP(c, slot(k, passive, state)->exit);
-}
-
-qsm_handler_fn qsm_class_on_event(const struct qsm_class *c, bool passive, int state)
-{
-	LOOKUP(c, slot(k, passive, state)->on_event);
-}
-
-qsm_handler_fn qsm_class_unexpected(const struct qsm_class *c)
-{
-	LOOKUP(c, k->unexpected);
-}
-
-qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c)
-{
-	LOOKUP(c, k->device_removed);
-}
-
-qsm_handler_fn qsm_class_qp_ready(const struct qsm_class *c)
-{
-	LOOKUP(c, k->qp_ready);
-}
-
-int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc)
-{
-	LOOKUP(c, k->completion);
-}
-
-void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q)
-{
-	LOOKUP(c, k->release);
-}
-
-/* The largest priv_size along the chain: a subclass embeds its super's struct. */
-size_t qsm_class_priv_size(const struct qsm_class *c)
-{
-	size_t n = 0;
-
-	for (const struct qsm_class *k = c; k; k = k->super)
-		if (k->priv_size > n)
-			n = k->priv_size;
-	return n;
-}
-
-/* Resolved once per class and ctx (a ctx is one thread: no locking), freed with the ctx. */
+/* Every slot looked up once per class and ctx (a ctx is one thread: no locking), so the
+ * dispatch path reads a table; freed with the ctx. */
 const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c)
 {
 	struct qsm_vtable *vt;
@@ -118,21 +88,26 @@ const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_cl
 	if (!vt)
 		return NULL;
 	vt->cls = c;
-	for (int p = 0; p < 2; p++) {
-		int n = p ? QSM_ACCEPT_STATE_COUNT : QSM_CM_STATE_COUNT;
-
-		for (int st = 0; st < n; st++) {
-			vt->state[p][st].enter = qsm_class_enter(c, p, st);
-			vt->state[p][st].exit = qsm_class_exit(c, p, st);
-			vt->state[p][st].on_event = qsm_class_on_event(c, p, st);
-		}
+	for (int st = 0; st < QSM_CM_STATE_COUNT; st++) {
+		RESOLVE(vt->state[0][st].enter, c, active[st].enter);
+		RESOLVE(vt->state[0][st].exit, c, active[st].exit);
+		RESOLVE(vt->state[0][st].on_event, c, active[st].on_event);
 	}
-	vt->unexpected = qsm_class_unexpected(c);
-	vt->device_removed = qsm_class_device_removed(c);
-	vt->qp_ready = qsm_class_qp_ready(c);
-	vt->completion = qsm_class_completion(c);
-	vt->release = qsm_class_release(c);
-	vt->priv_size = qsm_class_priv_size(c);
+	for (int st = 0; st < QSM_ACCEPT_STATE_COUNT; st++) {
+		RESOLVE(vt->state[1][st].enter, c, passive[st].enter);
+		RESOLVE(vt->state[1][st].exit, c, passive[st].exit);
+		RESOLVE(vt->state[1][st].on_event, c, passive[st].on_event);
+	}
+	RESOLVE(vt->unexpected, c, unexpected);
+	RESOLVE(vt->device_removed, c, device_removed);
+	RESOLVE(vt->qp_ready, c, qp_ready);
+	RESOLVE(vt->completion, c, completion);
+	RESOLVE(vt->release, c, release);
+	/* the largest priv_size along the chain: a subclass embeds its super's struct */
+	for (const struct qsm_class *k = c; k; k = k->super)
+		if (k->priv_size > vt->priv_size)
+			vt->priv_size = k->priv_size;
+	resolve_qp(&vt->qp, c);
 	vt->next = ctx->vtables;
 	ctx->vtables = vt;
 	return vt;

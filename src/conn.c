@@ -10,10 +10,6 @@
 #define PDATA_ACCEPT_MAX 196
 #define PDATA_REJECT_MAX 148
 
-static const struct qsm_fabric_qp_attr default_qp = {
-	.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
-};
-
 static const char *kind_of(const struct qsm_conn *q)
 {
 	return q->passive ? "passive" : "conn";
@@ -42,14 +38,28 @@ static void qp_feed(struct qsm_conn *q, int event)
 
 /* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
 
-static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
+/* A handler said no: no callback from now on, and the ABORT edge once this step is done. */
+static void refused(struct qsm_conn *q, int r)
 {
-	if (!fn || q->dead)
-		return;
-	if (fn(q, ev) != 0 && !q->dead) {
+	if (r != 0 && !q->dead) {
 		q->dead = true;
 		q->abort_pending = true;
 	}
+}
+
+static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
+{
+	if (fn && !q->dead)
+		refused(q, fn(q, ev));
+}
+
+/* A completion is not a machine event: it goes to the completion handler (or nowhere, once
+ * the queue is destroyed).  An error completion is followed by the fabric's WC_ERROR. */
+static void completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	q->ctx->counters.completions++;
+	if (q->vt->completion && !q->dead)
+		refused(q, q->vt->completion(q, wc));
 }
 
 /* ---- actions ---- */
@@ -74,23 +84,9 @@ static void feed_back(struct qsm_conn *q, int event, int err)
 
 static int create_qp(struct qsm_conn *q)
 {
-	struct qsm_fabric_qp_attr a = default_qp;
-	const struct qsm_qp_caps *c = NULL;
 	int r;
 
-	for (const struct qsm_class *k = q->cls; k; k = k->super)
-		if (k->qp.max_send_wr || k->qp.max_recv_wr) {
-			c = &k->qp;
-			break;
-		}
-	if (c) {
-		a.max_send_wr = c->max_send_wr ? c->max_send_wr : a.max_send_wr;
-		a.max_recv_wr = c->max_recv_wr ? c->max_recv_wr : a.max_recv_wr;
-		a.max_send_sge = c->max_send_sge ? c->max_send_sge : a.max_send_sge;
-		a.max_recv_sge = c->max_recv_sge ? c->max_recv_sge : a.max_recv_sge;
-		a.max_inline_data = c->max_inline_data;
-	}
-	r = q->ctx->ops->create_qp(q->id, &a);
+	r = q->ctx->ops->create_qp(q->id, &q->vt->qp);
 	if (r < 0)
 		return r;
 	q->has_qp = true;
@@ -320,8 +316,8 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	call(q, q->vt->state[q->passive][q->state].on_event, &info);
 	if (moved) {
 		call(q, q->vt->state[q->passive][q->state].exit, &info);
-		/* the old state's timer is void; an action may arm a new one (arm_retry) */
-		q->timer.event = 0;
+		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
+		qsm_timer_cancel(ctx, &q->timer);
 	}
 	for (unsigned int i = 0; i < edge.nactions; i++)
 		run_action(q, edge.actions[i], &info);
@@ -341,8 +337,6 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 
 		if (t)
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
-		else if (!q->timer.event)
-			qsm_timer_cancel(ctx, &q->timer);
 		call(q, q->vt->state[q->passive][q->state].enter, &info);
 	}
 }
@@ -368,7 +362,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 		return;
 	}
 	if (it->event == QSM_EV_COMPLETION) {
-		qsm_conn_completion(q, it);
+		completion(q, &it->wc);
 		take_abort(q);
 		return;
 	}

@@ -369,25 +369,38 @@ static void fire_timers(struct qsm_ctx *ctx)
 	}
 }
 
+/*
+ * Keep the timerfd on the earliest key, touching it only when that changes, so that a
+ * dispatch pass costs no system call in the common case.  The key is a lower bound of the
+ * next deadline (lazy heap): at worst one early wake-up, in which nothing fires.
+ */
 static void rearm_timerfd(struct qsm_ctx *ctx)
 {
 	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
-	uint64_t buf;
+	uint64_t want = ctx->heap_len ? ctx->heap[0]->key_ns : 0, buf;
 
-	if (read(ctx->timerfd, &buf, sizeof(buf)) < 0) {
-		/* EAGAIN: it had not fired; nothing to consume */
+	if (ctx->now_ns != monotonic_ns) {
+		/* A virtual clock does not drive the timerfd: while timers exist, look every 1 ms. */
+		want = want ? 1 : 0;
+		if (want == ctx->timerfd_at)
+			return;
+		its.it_value.tv_nsec = want ? 1000000 : 0;
+		its.it_interval.tv_nsec = its.it_value.tv_nsec;
+		timerfd_settime(ctx->timerfd, 0, &its, NULL);
+		ctx->timerfd_at = want;
+		return;
 	}
-	if (ctx->heap_len) {
-		uint64_t now = qsm_now(ctx), d = ctx->heap[0]->key_ns;
-		uint64_t wait = d > now ? d - now : 1;
-
-		/* The virtual clock of tests does not drive the timerfd: wake up and look. */
-		if (ctx->now_ns != monotonic_ns)
-			wait = 1000000;
-		its.it_value.tv_sec = (time_t)(wait / 1000000000ull);
-		its.it_value.tv_nsec = (long)(wait % 1000000000ull);
+	if (ctx->timerfd_at && ctx->timerfd_at <= monotonic_ns(NULL)) {
+		/* it fired (or is about to): a one-shot timerfd is disarmed once read */
+		if (read(ctx->timerfd, &buf, sizeof(buf)) == sizeof(buf))
+			ctx->timerfd_at = 0;
 	}
-	timerfd_settime(ctx->timerfd, 0, &its, NULL);
+	if (want == ctx->timerfd_at)
+		return;
+	its.it_value.tv_sec = (time_t)(want / 1000000000ull);
+	its.it_value.tv_nsec = (long)(want % 1000000000ull);
+	if (timerfd_settime(ctx->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		ctx->timerfd_at = want;
 }
 
 int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)

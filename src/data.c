@@ -266,18 +266,3 @@ int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 		return -EOPNOTSUPP;
 	return q->ctx->ops->post_recv(q->id, wr_id, sge, nsge);
 }
-
-/* A completion is not a machine event: it goes straight to the handler (or nowhere, once the
- * queue is destroyed).  An error completion is followed by the fabric's WC_ERROR event. */
-void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it)
-{
-	int (*fn)(struct qsm_conn *, const struct qsm_wc *) = q->vt->completion;
-
-	q->ctx->counters.completions++;
-	if (!fn || q->dead)
-		return;
-	if (fn(q, &it->wc) != 0 && !q->dead) {
-		q->dead = true;
-		q->abort_pending = true;
-	}
-}

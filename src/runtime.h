@@ -58,6 +58,7 @@ struct qsm_vtable {
 	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
 	void (*release)(struct qsm_conn *q);
 	size_t priv_size;
+	struct qsm_fabric_qp_attr qp;    /* caps of the QP its queues create */
 	struct qsm_vtable *next;
 };
 
@@ -155,6 +156,7 @@ struct qsm_ctx {
 	struct qsm_fabric *fabric;
 	const struct qsm_fabric_ops *ops;
 	int epfd, timerfd, kickfd;
+	uint64_t timerfd_at;         /* what the timerfd is armed for (0: disarmed) */
 	bool kicked;
 	bool stop;
 	uint64_t (*now_ns)(void *arg);
@@ -214,7 +216,6 @@ void qsm_pools_attach_device(struct qsm_device *d);
 void qsm_pools_detach_device(struct qsm_device *d);
 void qsm_pools_free(struct qsm_ctx *ctx);
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
-void qsm_conn_completion(struct qsm_conn *q, const struct qsm_item *it);
 
 /* listener.c */
 void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it);
@@ -227,16 +228,7 @@ void qsm_device_detach(struct qsm_conn *q);
 void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it);
 void qsm_device_free(struct qsm_device *d);
 
-/* class.c: the handler for a slot, looked up through super classes to the base class. */
-qsm_handler_fn qsm_class_enter(const struct qsm_class *c, bool passive, int state);
-qsm_handler_fn qsm_class_exit(const struct qsm_class *c, bool passive, int state);
-qsm_handler_fn qsm_class_on_event(const struct qsm_class *c, bool passive, int state);
-qsm_handler_fn qsm_class_unexpected(const struct qsm_class *c);
-qsm_handler_fn qsm_class_device_removed(const struct qsm_class *c);
-qsm_handler_fn qsm_class_qp_ready(const struct qsm_class *c);
-int (*qsm_class_completion(const struct qsm_class *c))(struct qsm_conn *q, const struct qsm_wc *wc);
-void (*qsm_class_release(const struct qsm_class *c))(struct qsm_conn *q);
-size_t qsm_class_priv_size(const struct qsm_class *c);
+/* class.c */
 const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c);
 void qsm_vtables_free(struct qsm_ctx *ctx);
 
