@@ -71,7 +71,7 @@ static void release_id(struct qsm_conn *q)
 	qp_feed(q, QSM_EV_DESTROY);
 	q->has_qp = false;
 	q->ctx->ops->destroy_id(q->id);
-	qsm_forget_id(q->ctx, q->id);
+	q->obj.id_gen++;
 	q->id = NULL;
 }
 
@@ -356,7 +356,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 	struct qsm_ctx *ctx = q->ctx;
 
 	if (q->obj.closed || (q->dead && it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT) ||
-	    (it->id && it->id != q->id)) {
+	    qsm_item_stale(it, &q->obj)) {
 		/* destroyed, or an event of an id this queue already let go of */
 		ctx->counters.dropped++;
 		return;

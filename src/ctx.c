@@ -191,6 +191,7 @@ int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
 		return r;
 	it->target = target;
 	it->id = NULL;
+	it->gen = target->id_gen;
 	it->event = event;
 	it->status = status;
 	it->pdata_len = 0;
@@ -208,20 +209,9 @@ int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_
 		return r;
 	*it = *src;
 	it->target = target;
+	it->gen = target->id_gen;
 	target->refs++;
 	return 0;
-}
-
-/* An id was destroyed: events of it still queued must not reach its owner's next id,
- * which may well get the same address. */
-void qsm_forget_id(struct qsm_ctx *ctx, struct qsm_fid *id)
-{
-	for (size_t i = 0; i < ctx->fifo_len; i++) {
-		struct qsm_item *it = &ctx->fifo[(ctx->fifo_head + i) % ctx->fifo_cap];
-
-		if (it->id == id && it->event != QSM_EV_CONNECT_REQUEST)
-			it->id = QSM_STALE_ID;
-	}
 }
 
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
@@ -501,6 +491,7 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 	}
 	it->target = target;
 	it->id = ev.id;
+	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;
 	it->wc = ev.wc;

@@ -74,7 +74,7 @@ static void device_close(struct qsm_device *d)
 	qsm_pools_detach_device(d);
 	if (d->sentinel) {
 		ctx->ops->destroy_id(d->sentinel);
-		qsm_forget_id(ctx, d->sentinel);
+		d->obj.id_gen++;
 		d->sentinel = NULL;
 	}
 	ctx->ops->device_put(d->fdev);
@@ -114,7 +114,7 @@ void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
 	d->removing = true;
 	if (d->sentinel) {
 		ctx->ops->destroy_id(d->sentinel);
-		qsm_forget_id(ctx, d->sentinel);
+		d->obj.id_gen++;
 		d->sentinel = NULL;
 	}
 	for (struct qsm_list *n = d->conns.next; n != &d->conns; n = n->next) {

@@ -15,7 +15,7 @@ static void release_listen_id(struct qsm_listener *l)
 {
 	if (l->id) {
 		l->ctx->ops->destroy_id(l->id);
-		qsm_forget_id(l->ctx, l->id);
+		l->obj.id_gen++;
 		l->id = NULL;
 	}
 }
@@ -92,7 +92,7 @@ void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it)
 	int cs;
 
 	if (l->obj.closed || (l->dead && it->event != QSM_EV_DESTROY) ||
-	    (it->id && it->event != QSM_EV_CONNECT_REQUEST && it->id != l->id)) {
+	    (it->event != QSM_EV_CONNECT_REQUEST && qsm_item_stale(it, &l->obj))) {
 		ctx->counters.dropped++;
 		goto release_request;
 	}

@@ -19,6 +19,8 @@ struct qsm_obj {
 	enum qsm_obj_kind kind;
 	uint32_t serial;
 	uint32_t refs;              /* queued events that point here; freed at 0 once closed */
+	uint32_t id_gen;            /* bumped whenever it lets go of an id: queued events of
+	                               an older id are stale (ids' addresses get reused) */
 	bool closed;                /* reached the final state: no more events, no callbacks */
 };
 
@@ -138,13 +140,11 @@ struct qsm_pool_reg {
 	struct qsm_list pool_node, dev_node;
 };
 
-/* The id of a queued event whose id was destroyed since. */
-#define QSM_STALE_ID ((struct qsm_fid *)(uintptr_t)1)
-
 /* One event on its way to an object; private data copied in. */
 struct qsm_item {
 	struct qsm_obj *target;
-	struct qsm_fid *id;         /* fabric events: the id it came on (stale check); else NULL */
+	struct qsm_fid *id;         /* fabric events: the id it came on; else NULL */
+	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;
 	struct qsm_wc wc;           /* QSM_EV_COMPLETION */
@@ -186,7 +186,6 @@ struct qsm_ctx {
 /* ctx.c */
 uint64_t qsm_now(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
-void qsm_forget_id(struct qsm_ctx *ctx, struct qsm_fid *id);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
 void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
@@ -196,6 +195,12 @@ void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint
 uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
+
+/* An event of an id its target has let go of since it was queued. */
+static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_obj *o)
+{
+	return it->id && it->gen != o->id_gen;
+}
 
 /* One trace record per transition or unexpected event; free when nobody listens. */
 static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
