@@ -29,6 +29,12 @@ struct rping_info {           /* rping's struct rping_rdma_info, big endian on t
 
 enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE };
 
+/* rping's -S range: RPING_MIN_BUFSIZE is sizeof("INT_MAX") + sizeof("rdma-ping-%d: ") (its
+ * stringify() sees INT_MAX undefined), 8 + 15 = 23; sizes up to RPING_BUFSIZE - 1.  23 bytes hold
+ * the longest header, "rdma-ping-4294967295: " and its NUL; a longer header is truncated. */
+#define PING_MIN_SIZE 23
+#define PING_MAX_SIZE 65535
+
 struct opts {
 	int server, sim, verbose, validate;
 	unsigned count, size, conns;
@@ -397,6 +403,15 @@ static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss)
 	return 0;
 }
 
+/* 0 (refused) unless all of s is a number */
+static unsigned parse_size(const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	return *s && !*end && v > 0 && v <= PING_MAX_SIZE ? (unsigned)v : 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
@@ -404,7 +419,8 @@ static void usage(void)
 		"       qsm-ping --sim [-C COUNT] [-S SIZE] [-n CONNS] [-v]\n"
 		"  -s server, -c client (rping's wire protocol); -n connections (client: parallel,\n"
 		"  server: how many to serve before exiting); -V no data validation; --sim both\n"
-		"  ends in this process on the simulated fabric.  QSM_TRACE=1 traces transitions.\n");
+		"  ends in this process on the simulated fabric; -S ping data size, 23..65535\n"
+		"  (rping's range, default 64).  QSM_TRACE=1 traces transitions.\n");
 	exit(2);
 }
 
@@ -423,7 +439,7 @@ int main(int argc, char **argv)
 		case 'a': o.addr = optarg; break;
 		case 'p': o.port = (uint16_t)atoi(optarg); break;
 		case 'C': o.count = (unsigned)atoi(optarg); break;
-		case 'S': o.size = (unsigned)atoi(optarg); break;
+		case 'S': o.size = parse_size(optarg); break;
 		case 'n': o.conns = (unsigned)atoi(optarg); break;
 		case 'v': o.verbose = 1; break;
 		case 'V': o.validate = 0; break;
@@ -431,7 +447,8 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (o.size < 32 || o.count < 1 || o.conns < 1 || (!o.sim && (o.server == client || !o.addr)))
+	if (o.size < PING_MIN_SIZE || o.size > PING_MAX_SIZE || o.count < 1 || o.conns < 1 ||
+	    (!o.sim && (o.server == client || !o.addr)))
 		usage();
 	if (o.sim) {
 		o.addr = "192.0.2.1";
