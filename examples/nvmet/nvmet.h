@@ -95,6 +95,7 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);
 /* RDMA READs r's host data (len bytes) into dst (lkey), then calls then(r). */
 void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 		 void (*then)(struct nvmet_req *r));
+unsigned nvmet_queues_live(void);      /* requested and not yet released */
 void nvmet_queues_take_all(void);      /* at exit, before qsm_ctx_free() */
 void nvmet_queues_free_all(void);      /* at exit, after qsm_ctx_free() */
 

@@ -42,6 +42,15 @@ static void nq_unlink(struct nvmet_queue *nq)
 	nq->next = nq->prev = NULL;
 }
 
+unsigned nvmet_queues_live(void)
+{
+	unsigned n = 0;
+
+	for (struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+		n++;
+	return n;
+}
+
 /* What the queue allocated itself (the MR handles go with the queue). */
 static void nq_free(struct nvmet_queue *nq)
 {
