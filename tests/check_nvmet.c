@@ -344,6 +344,38 @@ START_TEST(test_host_connects_admin_and_io_queues_and_closing_frees_all)
 }
 END_TEST
 
+/* (a) The request handler's accept or reject fails: its non-zero return destroys the queue
+ * without release (qsm_class(3)), so nvmet must unlink and free the queue itself.  The library
+ * turns the host down, and the queue list stays sound for the next host. */
+START_TEST(test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_the_queue)
+{
+	struct host *h, *a;
+
+	accept_fails = ENOMEM;
+	h = host_start(0, 0, NVMET_AQ_DEPTH - 1, NVMET_AQ_DEPTH);
+	pump();
+	ck_assert_int_eq(accept_fails, 0);
+	ck_assert(h->rejected);
+	ck_assert(h->released);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+
+	/* a request nvmet turns down (hsqsize 0: a queue of one entry), and the reject fails */
+	reject_fails = ENOMEM;
+	h = host_start(1, 0, 0, 1);
+	pump();
+	ck_assert_int_eq(reject_fails, 0);
+	ck_assert(h->rejected);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(g_stats.queues_requested, 2);
+
+	host_admin_up(2, &a, 1);
+	ck_assert_uint_eq(nvmet_queues_live(), 1);
+	host_close(a);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -351,6 +383,7 @@ static Suite *nvmet_suite(void)
 
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_host_connects_admin_and_io_queues_and_closing_frees_all);
+	tcase_add_test(t, test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_the_queue);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -9,7 +9,9 @@
  *                    host data] -> execute -> [RDMA WRITE of controller data] -> SEND (the
  *                    response capsule) -> the request slot is free again;
  *   device_removed   drops the queue's MRs (the base class releases the QP and the id);
- *   release          frees everything the queue allocated.
+ *   release          frees everything the queue allocated.  A handler that returns non-zero
+ *                    gets no release (the library destroys the queue at once): it frees the
+ *                    queue itself before it returns.
  * Every other edge is the base class's: CONNECTED -> ready, losses drain and close. */
 #include <errno.h>
 #include <stdlib.h>
@@ -312,13 +314,24 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 
 /* ---- the queue's states ---- */
 
+/* The library refused the decision (its FIFO could not grow): the handler's non-zero return
+ * destroys the queue and release is never called for it (qsm_class(3)), so free it here. */
+static int nq_undecided(struct nvmet_queue *nq, const char *what, int r)
+{
+	LOG("queue %u: cannot %s the connection request: %s", nq->serial, what, strerror(-r));
+	nq_free(nq);
+	return 1;
+}
+
 static int nq_reject(struct qsm_conn *q, struct nvmet_queue *nq, uint16_t sts)
 {
 	struct nvme_rdma_cm_rej rej = { .recfmt = 0, .sts = htole16(sts) };
+	int r;
 
 	g_stats.queues_rejected++;
 	LOG("queue %u: rejecting the connection request: NVMe/RDMA status %u", nq->serial, sts);
-	return qsm_conn_reject(q, &rej, sizeof(rej)) < 0;
+	r = qsm_conn_reject(q, &rej, sizeof(rej));
+	return r < 0 ? nq_undecided(nq, "reject", r) : 0;
 }
 
 /* REQUESTED.enter: the request handler. */
@@ -328,6 +341,7 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	struct nvme_rdma_cm_req req;
 	struct nvme_rdma_cm_rep rep;
 	unsigned depth;
+	int r;
 
 	nq->q = q;
 	nq->serial = ++next_serial;
@@ -354,7 +368,8 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	     nq->qid, depth - 1, nq->hrqsize, depth);
 	memset(&rep, 0, sizeof(rep));
 	rep.crqsize = htole16((uint16_t)depth);
-	return qsm_conn_accept(q, &rep, sizeof(rep)) < 0;
+	r = qsm_conn_accept(q, &rep, sizeof(rep));
+	return r < 0 ? nq_undecided(nq, "accept", r) : 0;
 }
 
 /* The QP exists, the accept is not sent yet: register, then a receive per queue entry. */
