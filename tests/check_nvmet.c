@@ -250,6 +250,15 @@ static int host_status(const struct host *h, uint16_t cid, uint64_t *result)
 	return -1;
 }
 
+static unsigned host_responses(const struct host *h, uint16_t cid)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < h->nrsp; i++)
+		n += le16toh(h->rsp[i].cid) == cid;
+	return n;
+}
+
 /* An admin queue, connected to a new controller, enabled, n I/O queues granted: its cntlid. */
 static uint16_t host_admin_up(unsigned i, struct host **ret, unsigned nio)
 {
@@ -376,6 +385,66 @@ START_TEST(test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_th
 }
 END_TEST
 
+/* (b) Two Connect capsules pipelined on one admin queue: the second arrives while the first's
+ * Connect data is still being read.  One controller is made; the second Connect, and one on the
+ * queue once it is bound, is a Command Sequence Error (the queue exists or is being created,
+ * as the kernel's nvmet answers a duplicate qid); the controller goes with its admin queue. */
+START_TEST(test_pipelined_connects_on_one_queue_make_one_controller)
+{
+	struct host *h = host_up(0, 0, NVMET_AQ_DEPTH - 1);
+	uint64_t cntlid;
+
+	host_send_connect(h, 1, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	host_send_connect(h, 2, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	pump();
+	ck_assert_uint_eq(host_responses(h, 1), 1);
+	ck_assert_uint_eq(host_responses(h, 2), 1);
+	ck_assert_int_eq(host_status(h, 1, &cntlid), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(h, 2, NULL), NVME_SC_CMD_SEQ_ERROR);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+	ck_assert_uint_eq(g_stats.ctrls_created, 1);
+
+	host_send_connect(h, 3, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	pump();
+	ck_assert_int_eq(host_status(h, 3, NULL), NVME_SC_CMD_SEQ_ERROR);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+
+	host_close(h);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+	ck_assert_uint_eq(g_stats.ctrls_freed, 1);
+}
+END_TEST
+
+/* (b) An I/O queue's Connect pipelined twice, and a second queue asking for a qid in use: one
+ * binding, the rest Command Sequence Errors; closing the admin queue disconnects the I/O queue
+ * and frees the controller. */
+START_TEST(test_duplicate_io_connects_bind_once_and_admin_close_frees_the_controller)
+{
+	struct host *a, *io, *dup;
+	uint16_t cntlid = host_admin_up(0, &a, 2);
+
+	io = host_up(1, 1, 15);
+	host_send_connect(io, 1, 1, 15, cntlid);
+	host_send_connect(io, 2, 1, 15, cntlid);
+	dup = host_up(2, 1, 15);
+	host_send_connect(dup, 1, 1, 15, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io, 2, NULL), NVME_SC_CMD_SEQ_ERROR);
+	ck_assert_int_eq(host_status(dup, 1, NULL), NVME_SC_CMD_SEQ_ERROR);
+	host_close(dup);
+
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+	ck_assert_int_eq(qsm_conn_disconnect(a->q), 0);
+	pump();
+	ck_assert(a->released);
+	ck_assert(io->lost);
+	ck_assert(io->released);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -384,6 +453,8 @@ static Suite *nvmet_suite(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_host_connects_admin_and_io_queues_and_closing_frees_all);
 	tcase_add_test(t, test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_the_queue);
+	tcase_add_test(t, test_pipelined_connects_on_one_queue_make_one_controller);
+	tcase_add_test(t, test_duplicate_io_connects_bind_once_and_admin_close_frees_the_controller);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -24,6 +24,8 @@ struct nvmet_ctrl {
 	struct nvmet_ctrl *next;
 };
 
+#define NVMET_CNTLID_MAX 0xffef
+
 static struct nvmet_ctrl *ctrls;
 static uint16_t last_cntlid;
 
@@ -54,21 +56,28 @@ static struct nvmet_ctrl *ctrl_find(uint16_t cntlid)
 	return NULL;
 }
 
-static struct nvmet_ctrl *ctrl_new(void)
+/* A new controller with the next free cntlid: 0 and *ret, or the Connect's status. */
+static uint16_t ctrl_new(struct nvmet_ctrl **ret)
 {
-	struct nvmet_ctrl *c = calloc(1, sizeof(*c));
+	struct nvmet_ctrl *c;
 
-	if (!c)
-		return NULL;
-	do {   /* 1..0xffef; 0xfff0 and up are reserved */
-		if (++last_cntlid > 0xffef)
+	/* cntlids 1..0xffef (0xfff0 and up are reserved), each tried once: a full range is the
+	 * kernel nvmet's answer for an exhausted cntlid range, Controller Busy */
+	for (unsigned n = 0; n < NVMET_CNTLID_MAX; n++) {
+		if (++last_cntlid > NVMET_CNTLID_MAX)
 			last_cntlid = 1;
-	} while (ctrl_find(last_cntlid));
-	c->cntlid = last_cntlid;
-	c->next = ctrls;
-	ctrls = c;
-	g_stats.ctrls_created++;
-	return c;
+		if (ctrl_find(last_cntlid))
+			continue;
+		if (!(c = calloc(1, sizeof(*c))))
+			return NVME_SC_INTERNAL;
+		c->cntlid = last_cntlid;
+		c->next = ctrls;
+		ctrls = c;
+		g_stats.ctrls_created++;
+		*ret = c;
+		return NVME_SC_SUCCESS;
+	}
+	return NVME_SC_CONNECT_CTRL_BUSY | NVME_STATUS_DNR;
 }
 
 static void ctrl_free(struct nvmet_ctrl *c)
@@ -125,8 +134,10 @@ static void connect_data_ready(struct nvmet_req *r)
 	struct nvmf_connect_data *d = (void *)r->buf;
 	uint16_t qid = le16toh(cmd->qid), sqsize = le16toh(cmd->sqsize);
 	struct nvmet_ctrl *c;
+	uint16_t st;
 	int discovery;
 
+	nq->connecting = 0;
 	d->subsysnqn[sizeof(d->subsysnqn) - 1] = 0;
 	d->hostnqn[sizeof(d->hostnqn) - 1] = 0;
 	g_stats.connects++;
@@ -149,9 +160,11 @@ static void connect_data_ready(struct nvmet_req *r)
 		return connect_invalid(r, 1, 256);
 	}
 	if (qid == 0) {
-		c = ctrl_new();
-		if (!c) {
-			nvmet_complete(r, NVME_SC_INTERNAL, 0);
+		if ((st = ctrl_new(&c)) != NVME_SC_SUCCESS) {
+			LOG("queue %u: no controller for %s: status 0x%03x", nq->serial, d->hostnqn,
+			    st & 0x7ff);
+			g_stats.connect_errors++;
+			nvmet_complete(r, st, 0);
 			return;
 		}
 		c->discovery = discovery;
@@ -168,10 +181,15 @@ static void connect_data_ready(struct nvmet_req *r)
 			    nq->serial, le16toh(d->cntlid));
 			return connect_invalid(r, 1, 16);
 		}
-		if (qid > c->nr_io_queues || c->queues[qid]) {
-			LOG("queue %u: qid %u not granted or in use on controller %u", nq->serial, qid,
-			    c->cntlid);
+		if (qid > c->nr_io_queues) {
+			LOG("queue %u: qid %u not granted on controller %u", nq->serial, qid, c->cntlid);
 			return connect_invalid(r, 0, 42);
+		}
+		if (c->queues[qid]) {   /* the queue exists: as a second Connect on one queue */
+			LOG("queue %u: qid %u in use on controller %u", nq->serial, qid, c->cntlid);
+			g_stats.connect_errors++;
+			nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+			return;
 		}
 		VLOG("controller %u: I/O queue %u (queue %u, %u entries)", c->cntlid, qid, nq->serial,
 		     sqsize + 1u);
@@ -182,9 +200,16 @@ static void connect_data_ready(struct nvmet_req *r)
 	nvmet_complete(r, NVME_SC_SUCCESS, c->cntlid);
 }
 
+/* One Connect per queue: a second one, while the first's data is read or once the queue is
+ * bound, is a Command Sequence Error (the queue exists or is being created; the spec's answer
+ * to a Connect for a queue that exists, and the kernel nvmet's).  Checked here, as the capsule
+ * arrives, not when the data is in: a host may pipeline capsules. */
 static void exec_connect(struct nvmet_req *r)
 {
-	if (r->nq->ctrl) {
+	struct nvmet_queue *nq = r->nq;
+
+	if (nq->ctrl || nq->connecting) {
+		g_stats.connect_errors++;
 		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
 		return;
 	}
@@ -192,7 +217,8 @@ static void exec_connect(struct nvmet_req *r)
 		nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
 		return;
 	}
-	nvmet_fetch(r, r->buf, r->nq->buf_lkey, sizeof(struct nvmf_connect_data), connect_data_ready);
+	nq->connecting = 1;
+	nvmet_fetch(r, r->buf, nq->buf_lkey, sizeof(struct nvmf_connect_data), connect_data_ready);
 }
 
 static uint64_t reg_cap(void)

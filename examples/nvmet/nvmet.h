@@ -76,6 +76,7 @@ struct nvmet_queue {
 	uint16_t hrqsize;
 	uint16_t sqhd;
 	struct nvmet_ctrl *ctrl;
+	int connecting;          /* a Connect's data is being read: one Connect at a time */
 	uint8_t *recv_bufs;      /* depth * 64-byte command capsules */
 	struct nvme_cqe *rsps;   /* nreqs response capsules */
 	uint8_t *bufs;           /* nreqs * NVMET_BUF_SIZE */
