@@ -295,7 +295,7 @@ static void setup(void)
 	accept_fails = reject_fails = 0;
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420,
 		.subnqn = "nqn.2024-01.io.rdma-qsm:check", .ns_size = NS_SIZE, .max_io_queues = 4,
-		.family = AF_INET };
+		.max_ctrls = 4, .family = AF_INET };
 	ck_assert_ptr_nonnull(g_ns = calloc(1, NS_SIZE));
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
@@ -445,6 +445,60 @@ START_TEST(test_duplicate_io_connects_bind_once_and_admin_close_frees_the_contro
 }
 END_TEST
 
+/* (c) No more controllers than -c: an admin queue's request beyond is rejected at once, before
+ * any buffer is allocated, with the NVMe/RDMA reject status "no resources"; a freed
+ * controller's place is taken again. */
+START_TEST(test_admin_queues_beyond_the_controller_cap_are_rejected_at_the_request)
+{
+	struct host *a[2], *h;
+
+	g_opts.max_ctrls = 2;
+	host_admin_up(0, &a[0], 1);
+	host_admin_up(1, &a[1], 1);
+	h = host_start(2, 0, NVMET_AQ_DEPTH - 1, NVMET_AQ_DEPTH);
+	pump();
+	ck_assert(h->rejected);
+	ck_assert_uint_eq(h->rej_sts, NVME_RDMA_CM_NO_RSC);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 2);
+	ck_assert_uint_eq(nvmet_queues_live(), 2);
+
+	host_close(a[0]);
+	host_admin_up(3, &a[0], 1);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 2);
+	host_close(a[0]);
+	host_close(a[1]);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+}
+END_TEST
+
+/* (c) No more I/O queues than -q per controller: a request for a qid beyond is rejected with
+ * "invalid qid"; and queues that never send a Connect are bounded too: no more than every
+ * controller's admin and I/O queues (-c x (1 + -q)) exist at once, the rest get "no resources". */
+START_TEST(test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request)
+{
+	struct host *a, *h;
+
+	g_opts.max_ctrls = 1;
+	g_opts.max_io_queues = 2;
+	host_admin_up(0, &a, 2);
+	h = host_start(1, 3, 15, 16);
+	pump();
+	ck_assert(h->rejected);
+	ck_assert_uint_eq(h->rej_sts, NVME_RDMA_CM_INVALID_QID);
+
+	host_up(2, 1, 15);
+	host_up(3, 2, 15);
+	h = host_start(4, 1, 15, 16);
+	pump();
+	ck_assert(h->rejected);
+	ck_assert_uint_eq(h->rej_sts, NVME_RDMA_CM_NO_RSC);
+	ck_assert_uint_eq(nvmet_queues_live(), 3);
+	host_close(&hosts[2]);
+	host_up(5, 1, 15);
+	ck_assert_uint_eq(nvmet_queues_live(), 3);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -455,6 +509,8 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_the_queue);
 	tcase_add_test(t, test_pipelined_connects_on_one_queue_make_one_controller);
 	tcase_add_test(t, test_duplicate_io_connects_bind_once_and_admin_close_frees_the_controller);
+	tcase_add_test(t, test_admin_queues_beyond_the_controller_cap_are_rejected_at_the_request);
+	tcase_add_test(t, test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request);
 	suite_add_tcase(s, t);
 	return s;
 }

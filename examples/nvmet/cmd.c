@@ -24,8 +24,6 @@ struct nvmet_ctrl {
 	struct nvmet_ctrl *next;
 };
 
-#define NVMET_CNTLID_MAX 0xffef
-
 static struct nvmet_ctrl *ctrls;
 static uint16_t last_cntlid;
 
@@ -61,10 +59,13 @@ static uint16_t ctrl_new(struct nvmet_ctrl **ret)
 {
 	struct nvmet_ctrl *c;
 
+	/* the target's cap (-c): no controller resources is Controller Busy, as for the kernel */
+	if (nvmet_ctrls_live() >= g_opts.max_ctrls)
+		return NVME_SC_CONNECT_CTRL_BUSY | NVME_STATUS_DNR;
 	/* cntlids 1..0xffef (0xfff0 and up are reserved), each tried once: a full range is the
 	 * kernel nvmet's answer for an exhausted cntlid range, Controller Busy */
-	for (unsigned n = 0; n < NVMET_CNTLID_MAX; n++) {
-		if (++last_cntlid > NVMET_CNTLID_MAX)
+	for (unsigned n = 0; n < NVMET_MAX_CTRLS; n++) {
+		if (++last_cntlid > NVMET_MAX_CTRLS)
 			last_cntlid = 1;
 		if (ctrl_find(last_cntlid))
 			continue;

@@ -2,7 +2,11 @@
  * loop (qsm_ctx_fd() + bounded qsm_ctx_dispatch(), as examples/embed_epoll.c), serving one
  * RAM-backed namespace to the Linux kernel's nvme-rdma host.
  *
- *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-v]
+ *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-c CTRLS] [-v]
+ *
+ * What a remote host can make it allocate is bounded: CTRLS controllers (default 16), each
+ * with IOQUEUES I/O queues (default 8); a connection request beyond is rejected before
+ * anything is allocated for it, a Connect beyond is refused with the NVMe-oF status.
  *
  * SIGINT / SIGTERM: stop, print the counters, exit 0 unless an event was unexpected.
  * SIGUSR1: print the counters and go on. */
@@ -30,6 +34,7 @@ struct nvmet_opts g_opts = {
 	.subnqn = "nqn.2024-01.io.rdma-qsm:nvmet",
 	.ns_size = 64ull << 20,
 	.max_io_queues = 8,
+	.max_ctrls = 16,
 };
 struct nvmet_stats g_stats;
 uint8_t *g_ns;
@@ -38,10 +43,13 @@ struct qsm_pool *g_ns_pool;
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES] [-v]\n"
+		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
+		"                 [-c CTRLS] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
-		"  plus the discovery subsystem.  QSM_TRACE=1 traces every transition.\n");
+		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
+		"  discovery ones included), each with at most IOQUEUES I/O queues (1..64, default\n"
+		"  8); beyond, a connection is rejected.  QSM_TRACE=1 traces every transition.\n");
 	exit(2);
 }
 
@@ -98,7 +106,7 @@ int main(int argc, char **argv)
 	unsigned max_batch = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:v")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:v")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -109,13 +117,15 @@ int main(int argc, char **argv)
 			break;
 		case 's': g_opts.ns_size = parse_size(optarg); break;
 		case 'q': g_opts.max_io_queues = (unsigned)atoi(optarg); break;
+		case 'c': g_opts.max_ctrls = (unsigned)atoi(optarg); break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
 		}
 	}
 	if (!g_opts.addr || optind != argc || g_opts.ns_size < 4096 ||
 	    (g_opts.ns_size & ((1u << NVMET_LBA_SHIFT) - 1)) || g_opts.max_io_queues < 1 ||
-	    g_opts.max_io_queues > NVMET_MAX_QID || !strcmp(g_opts.subnqn, NVME_DISC_SUBSYS_NAME))
+	    g_opts.max_io_queues > NVMET_MAX_QID || g_opts.max_ctrls < 1 ||
+	    g_opts.max_ctrls > NVMET_MAX_CTRLS || !strcmp(g_opts.subnqn, NVME_DISC_SUBSYS_NAME))
 		usage();
 	if (getaddrinfo(g_opts.addr, NULL, &hints, &res) != 0) {
 		fprintf(stderr, "qsm-nvmet: %s is not a numeric address\n", g_opts.addr);
@@ -166,8 +176,9 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	LOG("listening on %s port %u: subsystem %s, namespace 1: %" PRIu64 " MiB (%" PRIu64
-	    " LBAs of 512 bytes), up to %u I/O queues", g_opts.addr, g_opts.port, g_opts.subnqn,
-	    g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT, g_opts.max_io_queues);
+	    " LBAs of 512 bytes), up to %u controllers of up to %u I/O queues", g_opts.addr,
+	    g_opts.port, g_opts.subnqn, g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT,
+	    g_opts.max_ctrls, g_opts.max_io_queues);
 
 	while (!stop) {
 		struct epoll_event evs[4];

@@ -13,7 +13,8 @@
 
 #define NVMET_MAX_DEPTH 128      /* entries of an I/O queue (CAP.MQES + 1) */
 #define NVMET_AQ_DEPTH 32        /* entries of an admin queue (the host asks for 32) */
-#define NVMET_MAX_QID 64         /* I/O queues per controller */
+#define NVMET_MAX_QID 64         /* I/O queues per controller (-q at most) */
+#define NVMET_MAX_CTRLS 0xffef   /* controllers per target (-c at most): cntlids 1..0xffef */
 #define NVMET_BUF_SIZE 4096      /* per-request buffer: connect data, identify, log pages */
 #define NVMET_MDTS 8             /* 2^8 * 4 KiB = 1 MiB per command */
 #define NVMET_LBA_SHIFT 9        /* 512-byte LBAs */
@@ -24,7 +25,8 @@ struct nvmet_opts {
 	uint16_t port;
 	char subnqn[224];
 	uint64_t ns_size;
-	unsigned max_io_queues;
+	unsigned max_io_queues;  /* per controller */
+	unsigned max_ctrls;      /* per target */
 	int verbose;
 	int family;              /* AF_INET / AF_INET6 of addr */
 };
@@ -79,9 +81,9 @@ struct nvmet_queue {
 	int connecting;          /* a Connect's data is being read: one Connect at a time */
 	uint8_t *recv_bufs;      /* depth * 64-byte command capsules */
 	struct nvme_cqe *rsps;   /* nreqs response capsules */
-	uint8_t *bufs;           /* nreqs * NVMET_BUF_SIZE */
+	uint8_t *bufs;           /* nbufs * NVMET_BUF_SIZE */
 	struct nvmet_req *reqs;
-	uint32_t nreqs, nfree;
+	uint32_t nreqs, nfree, nbufs;
 	uint32_t *free_list;
 	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr;
 	uint32_t buf_lkey, ns_lkey;

@@ -1,8 +1,9 @@
 /* qsm-nvmet: the NVMe/RDMA transport as an rdma-qsm passive-queue class.
  *
- *   REQUESTED.enter  validates the NVMe/RDMA CM request (recfmt, qid, hsqsize, hrqsize) and
+ *   REQUESTED.enter  validates the NVMe/RDMA CM request (recfmt, qid, hsqsize, hrqsize),
+ *                    checks the target's caps (-c controllers, -q I/O queues each) and
  *                    accepts with the REP private data (crqsize), or rejects with the
- *                    NVMe/RDMA reject format and its reason;
+ *                    NVMe/RDMA reject format and its reason, before any buffer exists;
  *   qp_ready         registers the queue's buffers and posts one receive per queue entry
  *                    before the accept goes out;
  *   completion       the capsule state machine: RECV (a command capsule) -> [RDMA READ of
@@ -107,12 +108,17 @@ void nvmet_queues_free_all(void)
 
 static int nq_alloc(struct nvmet_queue *nq)
 {
-	/* twice the queue depth, as the host may send the next command as soon as it has a
-	 * response, before our send's completion freed the slot */
-	nq->nreqs = 2u * nq->depth;
+	/* a slot per command the host may have outstanding (depth), and one per response sent
+	 * whose send completion we have not seen yet while the host already sends the next
+	 * command: at most what its receive queue holds (hrqsize), at most depth */
+	nq->nreqs = nq->depth + (nq->hrqsize < nq->depth ? nq->hrqsize : nq->depth);
+	/* a data buffer per slot on the admin queue (Connect data, Identify, log pages); an I/O
+	 * queue moves data straight to and from the namespace and needs one, for its Connect
+	 * (one Connect at a time: exec_connect) */
+	nq->nbufs = nq->qid ? 1 : nq->nreqs;
 	nq->recv_bufs = calloc(nq->depth, NVME_SQE_SIZE);
 	nq->rsps = calloc(nq->nreqs, sizeof(*nq->rsps));
-	if (posix_memalign((void **)&nq->bufs, 4096, (size_t)nq->nreqs * NVMET_BUF_SIZE))
+	if (posix_memalign((void **)&nq->bufs, 4096, (size_t)nq->nbufs * NVMET_BUF_SIZE))
 		nq->bufs = NULL;
 	nq->reqs = calloc(nq->nreqs, sizeof(*nq->reqs));
 	nq->free_list = calloc(nq->nreqs, sizeof(*nq->free_list));
@@ -124,7 +130,7 @@ static int nq_alloc(struct nvmet_queue *nq)
 		r->nq = nq;
 		r->idx = i;
 		r->rsp = &nq->rsps[i];
-		r->buf = nq->bufs + (size_t)i * NVMET_BUF_SIZE;
+		r->buf = nq->bufs + (size_t)(i % nq->nbufs) * NVMET_BUF_SIZE;
 		nq->free_list[i] = nq->nreqs - 1 - i;
 	}
 	nq->nfree = nq->nreqs;
@@ -334,6 +340,23 @@ static int nq_reject(struct qsm_conn *q, struct nvmet_queue *nq, uint16_t sts)
 	return r < 0 ? nq_undecided(nq, "reject", r) : 0;
 }
 
+/* Room for one more queue, counted before it allocates anything: at most -c admin queues and
+ * -c x (1 + -q) queues in all, so hosts that open queues and never Connect hold bounded memory.
+ * Only accepted queues count (a rejected one is on the list until its release). */
+static int nq_room(const struct nvmet_queue *nq)
+{
+	unsigned admin = 0, all = 0;
+
+	for (const struct nvmet_queue *o = all_queues; o; o = o->next)
+		if (o != nq && o->reqs) {
+			all++;
+			admin += o->qid == 0;
+		}
+	if (nq->qid == 0 && admin >= g_opts.max_ctrls)
+		return 0;
+	return all < g_opts.max_ctrls * (1u + g_opts.max_io_queues);
+}
+
 /* REQUESTED.enter: the request handler. */
 static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
@@ -353,7 +376,7 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (le16toh(req.recfmt) != 0)
 		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_RECFMT);
 	nq->qid = le16toh(req.qid);
-	if (nq->qid > NVMET_MAX_QID)
+	if (nq->qid > g_opts.max_io_queues)
 		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_QID);
 	depth = le16toh(req.hsqsize) + 1u;
 	if (depth < 2 || depth > (nq->qid ? NVMET_MAX_DEPTH : NVMET_AQ_DEPTH))
@@ -362,6 +385,8 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (nq->hrqsize < 1)
 		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_HRQSIZE);
 	nq->depth = (uint16_t)depth;
+	if (!nq_room(nq))
+		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
 	if (nq_alloc(nq) < 0)
 		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
 	VLOG("queue %u: request qid %u hsqsize %u hrqsize %u: accepting, crqsize %u", nq->serial,
@@ -382,7 +407,7 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * NVME_SQE_SIZE,
 				 QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, nq->rsps, (size_t)nq->nreqs * sizeof(*nq->rsps), 0, &nq->rsp_mr)) < 0 ||
-	    (r = qsm_conn_reg_mr(q, nq->bufs, (size_t)nq->nreqs * NVMET_BUF_SIZE,
+	    (r = qsm_conn_reg_mr(q, nq->bufs, (size_t)nq->nbufs * NVMET_BUF_SIZE,
 				 QSM_ACCESS_LOCAL_WRITE, &nq->buf_mr)) < 0)
 		goto fail;
 	nq->buf_lkey = qsm_mr_lkey(nq->buf_mr);
