@@ -195,9 +195,9 @@ static void host_send(struct host *h, const void *sqe)
 	ck_assert_int_eq(qsm_conn_post_send(h->q, 100 + slot, &s, 1, 0), 0);
 }
 
-/* Sends a Fabrics Connect for qid (cntlid 0xffff: any, for the admin queue); not pumped. */
-static void host_send_connect(struct host *h, uint16_t cid, uint16_t qid, uint16_t sqsize,
-			      uint16_t cntlid)
+/* A Fabrics Connect for qid (cntlid 0xffff: any, for the admin queue), its data in h->data. */
+static struct nvmf_connect_cmd connect_capsule(struct host *h, uint16_t cid, uint16_t qid,
+					       uint16_t sqsize, uint16_t cntlid)
 {
 	struct nvmf_connect_cmd c = { .opcode = NVME_FABRICS_COMMAND, .cid = htole16(cid),
 				      .fctype = NVMF_FCTYPE_CONNECT, .qid = htole16(qid),
@@ -214,6 +214,15 @@ static void host_send_connect(struct host *h, uint16_t cid, uint16_t qid, uint16
 	c.sgl.length[2] = (len >> 16) & 0xff;
 	memcpy(c.sgl.key, &(uint32_t){ htole32(rkey) }, 4);
 	c.sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_ADDRESS;
+	return c;
+}
+
+/* Sends that Connect; not pumped. */
+static void host_send_connect(struct host *h, uint16_t cid, uint16_t qid, uint16_t sqsize,
+			      uint16_t cntlid)
+{
+	struct nvmf_connect_cmd c = connect_capsule(h, cid, qid, sqsize, cntlid);
+
 	host_send(h, &c);
 }
 
@@ -499,6 +508,21 @@ START_TEST(test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request)
 }
 END_TEST
 
+/* A Connect of a record format the target does not know: Connect Incompatible Format (01h/80h),
+ * distinct from Connect Controller Busy (01h/81h). */
+START_TEST(test_connect_of_unknown_recfmt_is_incompatible_format)
+{
+	struct host *h = host_up(0, 0, NVMET_AQ_DEPTH - 1);
+	struct nvmf_connect_cmd c = connect_capsule(h, 1, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+
+	c.recfmt = htole16(1);
+	host_send(h, &c);
+	pump();
+	ck_assert_int_eq(host_status(h, 1, NULL), 0x180);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -511,6 +535,7 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_duplicate_io_connects_bind_once_and_admin_close_frees_the_controller);
 	tcase_add_test(t, test_admin_queues_beyond_the_controller_cap_are_rejected_at_the_request);
 	tcase_add_test(t, test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request);
+	tcase_add_test(t, test_connect_of_unknown_recfmt_is_incompatible_format);
 	suite_add_tcase(s, t);
 	return s;
 }
