@@ -1,7 +1,8 @@
 #!/bin/bash
 # VM scenario: the data path of the rdmacm fabric, with examples/qsm-ping speaking rping's wire
 # protocol (send/recv + RDMA READ + RDMA WRITE), on soft-RoCE:
-#   1. qsm-ping client  against rdma-core's rping server        (3 pings, payload validated)
+#   1. qsm-ping client  against rdma-core's rping server        (3 pings, payload validated; at
+#      the default size and at rping's smallest, -S 23)
 #   2. rping client -V  against the qsm-ping server             (3 pings, rping validates)
 #   3. qsm-ping client  against the qsm-ping server, N connections in parallel (default 100)
 #   tests/vm/run tests/vm/scenarios/ping.sh [N [QSM_PING_BINARY]]
@@ -91,32 +92,42 @@ until rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE'; do
 done
 
 # ---- 1. qsm-ping client -> rping server ----------------------------------------------------
-step "1: $bin -c -a $addr -C 3 -v  against  rping -s -a $addr -C 3 -v"
-slog=$tmp/ping1-rping-server.log
-clog=$tmp/ping1-qsm-client.log
-t0=$(now)
-timeout -s KILL 60 rping -s -a "$addr" -C 3 -v >"$slog" 2>&1 &
-spid=$!
-wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
-t1=$(now)
-timeout -s KILL 60 "$bin" -c -a "$addr" -C 3 -v >"$clog" 2>&1
-crc=$?
-t2=$(now)
-wait_bounded "$spid" 30
-src=$?
-t3=$(now)
-show "qsm-ping client" "$clog"
-show "rping server" "$slog"
-np=$(grep -c '^ping data: rdma-ping-' "$clog")
-ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
-echo "   timings: server listening $(ms "$t0" "$t1") ms, client $(ms "$t1" "$t2") ms, server exit $(ms "$t2" "$t3") ms later"
-echo "   client exit $crc, server exit $src; pings: client $np, server $ns"
-bad=0
-[[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
-grep -q 'unexpected 0,' "$clog" || bad=1
-drained_ok "$clog" 1 || bad=1
-verdict "qsm-ping client -> rping server, 3 pings validated" "$t0" "$bad" \
-	"client exit $crc, server exit $src, pings $np/$ns"
+# $1: extra size arguments for both ends (empty: rping's default 64 B), $2: the label
+qsm_to_rping() {
+	local size=$1 label=$2 slog clog t0 t1 t2 t3 spid crc src np ns bad
+	# shellcheck disable=SC2086 # $size is zero or two words on purpose
+	step "1$label: $bin -c -a $addr -C 3 -v $size  against  rping -s -a $addr -C 3 -v $size"
+	slog=$tmp/ping1$label-rping-server.log
+	clog=$tmp/ping1$label-qsm-client.log
+	t0=$(now)
+	# shellcheck disable=SC2086
+	timeout -s KILL 60 rping -s -a "$addr" -C 3 -v $size >"$slog" 2>&1 &
+	spid=$!
+	wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
+	t1=$(now)
+	# shellcheck disable=SC2086
+	timeout -s KILL 60 "$bin" -c -a "$addr" -C 3 -v $size >"$clog" 2>&1
+	crc=$?
+	t2=$(now)
+	wait_bounded "$spid" 30
+	src=$?
+	t3=$(now)
+	show "qsm-ping client" "$clog"
+	show "rping server" "$slog"
+	np=$(grep -c '^ping data: rdma-ping-' "$clog")
+	ns=$(grep -c '^server ping data: rdma-ping-' "$slog")
+	echo "   timings: server listening $(ms "$t0" "$t1") ms, client $(ms "$t1" "$t2") ms, server exit $(ms "$t2" "$t3") ms later"
+	echo "   client exit $crc, server exit $src; pings: client $np, server $ns"
+	bad=0
+	[[ $crc == 0 && $src == 0 && $np == 3 && $ns == 3 ]] || bad=1
+	grep -q 'unexpected 0,' "$clog" || bad=1
+	drained_ok "$clog" 1 || bad=1
+	verdict "qsm-ping client -> rping server${size:+ ($size)}, 3 pings validated" "$t0" "$bad" \
+		"client exit $crc, server exit $src, pings $np/$ns"
+}
+qsm_to_rping "" ""
+# rping's smallest buffer (23 bytes, the longest ping header): qsm-ping takes rping's whole range
+qsm_to_rping "-S 23" "-min"
 
 # ---- 2. rping client -> qsm-ping server ----------------------------------------------------
 step "2: rping -c -a $addr -C 3 -v -V  against  $bin -s -a $addr -v"
@@ -188,7 +199,7 @@ verdict "qsm-ping x $n connections in parallel, 3 pings each" "$t0" "$bad" \
 cp "$tmp"/ping*.log "$out"/ 2>/dev/null
 
 if ((failures)); then
-	echo "FAIL: $failures of 3 checks failed"
+	echo "FAIL: $failures of 4 checks failed"
 	exit 1
 fi
-echo "PASS: all 3 ping checks"
+echo "PASS: all 4 ping checks"
