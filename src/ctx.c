@@ -1,6 +1,7 @@
 /* rdma-qsm: the ctx.  One per thread: it owns the fabric, the event FIFO and the timers,
  * and runs every callback from qsm_ctx_dispatch(), bounded, never blocking. */
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
@@ -405,7 +406,12 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)
 		return -1;
 	now = qsm_now(ctx);
 	d = ctx->heap[0]->key_ns;
-	return d <= now ? 0 : (int)((d - now + 999999) / 1000000);
+	if (d <= now)
+		return 0;
+	d = (d - now + 999999) / 1000000;
+	/* A negative poll timeout waits forever: further out than INT_MAX ms, the caller wakes
+	 * early, dispatches nothing and asks again. */
+	return d > INT_MAX ? INT_MAX : (int)d;
 }
 
 uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
@@ -582,7 +588,7 @@ int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms)
 		if (now >= end)
 			return qsm_ctx_dispatch(ctx, 0) < 0 ? -EINVAL : -ETIMEDOUT;
 		if (end != UINT64_MAX && (wait < 0 || (uint64_t)wait > (end - now) / 1000000))
-			wait = (int)((end - now) / 1000000) + 1;
+			wait = (int)((end - now - 1) / 1000000) + 1; /* rounded up; fits: <= timeout_ms */
 		if (wait != 0 && poll(&pfd, 1, wait) < 0 && errno != EINTR)
 			return -errno;
 		r = qsm_ctx_dispatch(ctx, 0);

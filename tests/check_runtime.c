@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,6 +473,37 @@ START_TEST(test_ipv6_queue_connects_and_reconnects_after_removal)
 }
 END_TEST
 
+/* A poll timeout must never be negative (poll(2) would wait forever): a retry further out
+ * than INT_MAX ms reports INT_MAX, and the loop simply asks again when it wakes. */
+START_TEST(test_retry_beyond_int_max_ms_reports_int_max_and_still_fires)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = 3000000000u, .max_delay_ms = 3000000000u },
+	};
+
+	uint64_t due;
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	qsm_conn_connect(q); /* no listener: REJECTED, then a retry 3e9 ms out */
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+	due = vnow + 3000000000ull * 1000000ull;
+	pump(1); /* past the resolve step's cancelled timer, which the lazy heap still holds */
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(cctx), INT_MAX);
+	vnow += (uint64_t)INT_MAX * 1000000ull;
+	ck_assert_int_eq(qsm_ctx_dispatch(cctx, 0), 0); /* woke early: nothing is due yet */
+	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(cctx), (due - vnow) / 1000000ull);
+	vnow = due;
+	pump(0);
+	ck_assert_int_eq(COUNT(cctx, reconnects), 1);
+	ck_assert_int_eq(qsm_conn_attempts(q), 2);
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -489,6 +521,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_established_after_disconnected_goes_to_unexpected_and_is_traced);
 	tcase_add_test(t, test_bad_arguments_and_illegal_downcalls_return_negative_errno);
 	tcase_add_test(t, test_ipv6_queue_connects_and_reconnects_after_removal);
+	tcase_add_test(t, test_retry_beyond_int_max_ms_reports_int_max_and_still_fires);
 	suite_add_tcase(s, t);
 	return s;
 }

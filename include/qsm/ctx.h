@@ -155,7 +155,8 @@ void qsm_ctx_free(struct qsm_ctx *ctx);
 int qsm_ctx_fd(struct qsm_ctx *ctx);
 /* Dispatches at most @budget events (0 = 64); never blocks. Returns how many, or -errno. */
 int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget);
-/* Milliseconds until the next timer (-1: none, 0: work is pending now). */
+/* Milliseconds until the next timer (-1: none, 0: work is pending now), at most INT_MAX:
+ * a timer further out wakes the caller early, and the next call reports what is left. */
 int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx);
 /* Polls and dispatches until qsm_ctx_stop() (0) or until @timeout_ms ran out (-ETIMEDOUT; it
  * dispatches at least once, so 0 is a non-blocking pass); -1 waits forever. */
