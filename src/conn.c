@@ -100,6 +100,20 @@ static uint32_t ms_or(uint32_t v, uint32_t def)
 	return v ? v : def;
 }
 
+/* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
+ * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
+ * state's timer (resolve_ms + 1000) within one. */
+int qsm_timeouts_check(const struct qsm_timeouts *t)
+{
+	const uint32_t all[] = { t->resolve_ms, t->connect_ms, t->handshake_ms, t->disconnect_ms,
+				 t->drain_ms, t->request_ms };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i] > QSM_TIMEOUT_MAX_MS)
+			return -EINVAL;
+	return 0;
+}
+
 static void arm_retry(struct qsm_conn *q)
 {
 	struct qsm_ctx *ctx = q->ctx;
@@ -264,7 +278,7 @@ static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
 	}
 	switch (s) {
 	case QSM_CM_ADDR_RESOLVING:
-	case QSM_CM_ROUTE_RESOLVING: return ms_or(t->resolve_ms, 2000) + 1000;
+	case QSM_CM_ROUTE_RESOLVING: return ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
 	case QSM_CM_CONNECTING: return ms_or(t->connect_ms, 5000);
 	case QSM_CM_CONNECTED: return t->handshake_ms;
 	case QSM_CM_DISCONNECTING: return ms_or(t->disconnect_ms, 2000);
@@ -422,6 +436,8 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 		return -EINVAL;
 	if (o->private_data_len > PDATA_CONNECT_MAX || (o->private_data_len && !o->private_data))
 		return -EINVAL;
+	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
+		return r;
 	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
 		return r;
 	if (o->src && o->src->sa_family != o->dst->sa_family)

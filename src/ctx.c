@@ -414,7 +414,8 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)
 	return d > INT_MAX ? INT_MAX : (int)d;
 }
 
-uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+/* 64 bits: a delay near UINT32_MAX ms plus its jitter must not wrap to a short one. */
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms)
 {
 	uint32_t initial = p->initial_delay_ms ? p->initial_delay_ms : 100;
@@ -436,7 +437,7 @@ uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 		if (span)
 			d = d - span + ctx->rng % (2 * span + 1);
 	}
-	return (uint32_t)d;
+	return d;
 }
 
 /* ---- dispatch ---- */

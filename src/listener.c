@@ -132,6 +132,8 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 
 	if (!ctx || !o || !ret || !o->addr || !o->cls || o->backlog < 0)
 		return -EINVAL;
+	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
+		return r;
 	if (o->addr->sa_family != AF_INET && o->addr->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
 	l = calloc(1, sizeof(*l));

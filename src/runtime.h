@@ -192,7 +192,7 @@ void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
-uint32_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
 
@@ -215,6 +215,7 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it);
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_free(struct qsm_conn *q);
 void qsm_conn_teardown(struct qsm_conn *q);
+int qsm_timeouts_check(const struct qsm_timeouts *t);
 
 /* data.c */
 void qsm_pools_attach_device(struct qsm_device *d);

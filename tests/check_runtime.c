@@ -504,6 +504,80 @@ START_TEST(test_retry_beyond_int_max_ms_reports_int_max_and_still_fires)
 }
 END_TEST
 
+/* Every per-step timeout is refused above QSM_TIMEOUT_MAX_MS, rather than wrapped (resolve_ms
+ * = UINT32_MAX used to time out after 999 ms), and the largest one allowed does not wrap. */
+START_TEST(test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap)
+{
+	static const size_t field[] = {
+		offsetof(struct qsm_timeouts, resolve_ms), offsetof(struct qsm_timeouts, connect_ms),
+		offsetof(struct qsm_timeouts, handshake_ms), offsetof(struct qsm_timeouts, disconnect_ms),
+		offsetof(struct qsm_timeouts, drain_ms), offsetof(struct qsm_timeouts, request_ms),
+	};
+	static const uint32_t too_long[] = { QSM_TIMEOUT_MAX_MS + 1, UINT32_MAX };
+	struct qsm_conn_opts o = { .cls = &client_class, .dst = (struct sockaddr *)&addr };
+	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)&addr, .cls = &server_class };
+	struct qsm_listener *l = NULL;
+	struct qsm_conn *q = NULL;
+
+	for (size_t i = 0; i < sizeof(field) / sizeof(field[0]); i++) {
+		for (size_t k = 0; k < 2; k++) {
+			memset(&o.timeouts, 0, sizeof(o.timeouts));
+			memset(&lo.timeouts, 0, sizeof(lo.timeouts));
+			*(uint32_t *)((char *)&o.timeouts + field[i]) = too_long[k];
+			*(uint32_t *)((char *)&lo.timeouts + field[i]) = too_long[k];
+			ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), -EINVAL);
+			ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), -EINVAL);
+		}
+	}
+	ck_assert_ptr_null(q);
+	ck_assert_ptr_null(l);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+
+	memset(&o.timeouts, 0, sizeof(o.timeouts));
+	o.timeouts.resolve_ms = QSM_TIMEOUT_MAX_MS;
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_HOLD, 1), 0); /* ADDR_RESOLVED never comes */
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_ADDR_RESOLVING);
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(cctx), (int)QSM_TIMEOUT_MAX_MS + 1000);
+	ck_assert_int_eq(qsm_sim_release(sim), 1);
+	pump(0);
+}
+END_TEST
+
+/* A jittered delay may exceed UINT32_MAX ms (d + 40% of d): it must not wrap to a short one. */
+START_TEST(test_jittered_retry_delay_near_uint32_max_does_not_wrap)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = UINT32_MAX, .max_delay_ms = UINT32_MAX, .jitter_pct = 40 },
+	};
+	const uint64_t d = UINT32_MAX, lo = d - d * 40 / 100, hi = d + d * 40 / 100;
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	qsm_conn_connect(q); /* no listener: REJECTED each time */
+	pump(0);
+	for (uint32_t a = 1; a <= 8; a++) {
+		uint64_t t0 = vnow, waited;
+
+		ck_assert_int_eq(qsm_conn_attempts(q), a);
+		while (qsm_conn_attempts(q) == a) {
+			int t = qsm_ctx_next_timeout_ms(cctx);
+
+			ck_assert_int_gt(t, 0);
+			vnow += (uint64_t)t * 1000000ull;
+			ck_assert_int_ge(qsm_ctx_dispatch(cctx, 0), 0);
+			pump(0);
+		}
+		waited = (vnow - t0) / 1000000ull;
+		ck_assert_uint_ge(waited, lo);
+		ck_assert_uint_le(waited, hi);
+	}
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -522,6 +596,8 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_bad_arguments_and_illegal_downcalls_return_negative_errno);
 	tcase_add_test(t, test_ipv6_queue_connects_and_reconnects_after_removal);
 	tcase_add_test(t, test_retry_beyond_int_max_ms_reports_int_max_and_still_fires);
+	tcase_add_test(t, test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap);
+	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -88,6 +88,7 @@ struct qsm_class {
 extern const struct qsm_class qsm_base_class;
 
 struct qsm_reconnect_policy {
+	/* Delays take the whole uint32_t range: timers are 64-bit, jitter included. */
 	uint32_t initial_delay_ms;  /* first retry after this; 0 = 100 ms */
 	uint32_t max_delay_ms;      /* backoff cap; 0 = 10 s */
 	uint32_t multiplier_pct;    /* next = prev * pct / 100; 0 = 200 */
@@ -96,7 +97,10 @@ struct qsm_reconnect_policy {
 	uint32_t loss_timeout_ms;   /* 0 = never; GIVE_UP this long after the connection was lost */
 };
 
-/* Per-step timeouts; 0 = default. */
+/* Per-step timeouts; 0 = default.  Each is at most QSM_TIMEOUT_MAX_MS: qsm_conn_new() and
+ * qsm_listener_new() refuse more with -EINVAL, since resolve_ms goes to rdma_resolve_addr()'s
+ * int timeout_ms and its state times out 1000 ms later, both of which must fit an int. */
+#define QSM_TIMEOUT_MAX_MS 2147482647u   /* INT_MAX - 1000: about 24.8 days */
 struct qsm_timeouts {
 	uint32_t resolve_ms;        /* addr and route resolution (default 2000) */
 	uint32_t connect_ms;        /* CONNECTING / ACCEPTING (default 5000) */
