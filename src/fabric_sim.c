@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <qsm/sim.h>
@@ -830,7 +831,10 @@ static void sges_copy(const struct qsm_fabric_sge *dst, int dn, const struct qsm
 
 		if (n > src[si].length - soff)
 			n = src[si].length - soff;
-		memmove((void *)(uintptr_t)(dst[di].addr + doff), (const void *)(uintptr_t)(src[si].addr + soff), n);
+		/* an empty SGE may have any address, NULL included, which memmove must not get */
+		if (n)
+			memmove((void *)(uintptr_t)(dst[di].addr + doff),
+				(const void *)(uintptr_t)(src[si].addr + soff), n);
 		doff += n;
 		soff += n;
 		if (doff == dst[di].length) {
@@ -896,7 +900,8 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
  * RDMA WRITE and READ reach the peer's memory through its rkey; the peer's owner sees
  * nothing unless the rkey is refused: then the responder's QP goes to ERR with an
  * affiliated async error (IBV_EVENT_QP_ACCESS_ERR, reported as QP_FATAL) and the
- * requester gets REM_ACCESS_ERR.  A zero-length transfer checks no rkey (IB spec).
+ * requester gets REM_ACCESS_ERR.  A zero-length transfer checks neither rkey nor remote
+ * address and moves nothing (IBA C9-88; rxe's check_rkey does the same).
  */
 static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
 {
@@ -904,8 +909,12 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
 	struct qsm_fabric_sge remote = { .addr = wr->remote_addr, .length = (uint32_t)len };
 
-	if (len && !mr_grants(peer->dev, wr->rkey, true, wr->remote_addr, len,
-			      write ? QSM_ACCESS_REMOTE_WRITE : QSM_ACCESS_REMOTE_READ)) {
+	if (!len) {
+		send_done(id, wr, 0);
+		return;
+	}
+	if (!mr_grants(peer->dev, wr->rkey, true, wr->remote_addr, len,
+		       write ? QSM_ACCESS_REMOTE_WRITE : QSM_ACCESS_REMOTE_READ)) {
 		qp_fatal(peer);
 		send_failed(id, wr, QSM_WC_REM_ACCESS_ERR);
 		return;
@@ -1375,6 +1384,27 @@ static int sim_id_src_addr(struct qsm_fid *fid, struct sockaddr_storage *ss)
 
 /* ---- data path ops ---- */
 
+/*
+ * The kernel pins every page of an MR (ib_umem_get) and fails with -EFAULT where one is not
+ * mapped; mincore() tells the same without pinning, a bounded batch of pages per call.
+ */
+static bool range_mapped(uintptr_t addr, size_t len)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), p = addr & ~(pg - 1), end = addr + len;
+	unsigned char vec[4096];
+
+	while (p < end) {
+		size_t n = (end - p - 1) / pg + 1; /* no overflow near the top of the space */
+
+		if (n > sizeof(vec))
+			n = sizeof(vec);
+		if (mincore((void *)p, n * pg, vec) < 0 && errno == ENOMEM)
+			return false;
+		p += n * pg;
+	}
+	return true;
+}
+
 static int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		      uint32_t *lkey, uint32_t *rkey)
 {
@@ -1388,8 +1418,11 @@ static int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access,
 	/* ibv_reg_mr: remote write needs local write. */
 	if ((access & QSM_ACCESS_REMOTE_WRITE) && !(access & QSM_ACCESS_LOCAL_WRITE))
 		return -EINVAL;
-	if ((uintptr_t)addr + len < (uintptr_t)addr)
+	/* A length that is really an address, or a wrapped size: no HCA would take it. */
+	if (len > QSM_SIM_MAX_MR_SIZE || (uintptr_t)addr + len < (uintptr_t)addr)
 		return -EINVAL;
+	if (!range_mapped((uintptr_t)addr, len))
+		return -EFAULT;
 	if (!device_up(d))
 		return -ENODEV;
 	mr = calloc(1, sizeof(*mr));

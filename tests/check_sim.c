@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <qsm/sim.h>
 
@@ -1417,6 +1419,38 @@ START_TEST(test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_wri
 }
 END_TEST
 
+/* C9-88 (and rxe): a zero-length RDMA checks neither rkey nor address, and moves nothing,
+ * even where the remote address is 0 and the local SGE is empty. */
+START_TEST(test_zero_length_rdma_checks_no_rkey_and_touches_no_memory)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t local[16], want[16];
+	struct region rl;
+	struct qsm_fabric_sge empty;
+
+	connect_pair(&a, &p);
+	fill(local, sizeof(local), 3);
+	memcpy(want, local, sizeof(want));
+	rl = reg(fc, a, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE);
+	empty = sge(&rl, 0, 0);
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_RDMA_WRITE, &empty, 1, 0, 0xdead), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE)->byte_len, 0);
+	ck_assert_int_eq(post_wr(fc, a, 2, QSM_WR_RDMA_READ, &empty, 1, 0, 0xdead), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 0);
+	ck_assert_int_eq(post_wr(fc, a, 3, QSM_WR_RDMA_READ, NULL, 0, 0, 0), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 3, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 0);
+	expect_none(fc);
+	expect_none(fs);
+	expect_bytes(local, want, sizeof(local));
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), QSM_QP_RTS);
+	ck_assert_int_eq(qsm_sim_qp_state(sim, fs, &SRV), QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rl.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_rdma_read_fetches_from_the_rkey_into_local_sges)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
@@ -1976,6 +2010,49 @@ START_TEST(test_reg_mr_checks_arguments_and_gives_world_unique_keys)
 }
 END_TEST
 
+/* reg_mr refuses what the kernel would not pin: a length past the device's max_mr_size or
+ * the address space, and memory that is not mapped (ib_umem_get: -EFAULT). */
+START_TEST(test_reg_mr_refuses_lengths_the_kernel_would_not_pin)
+{
+	const struct qsm_fabric_ops *o = fc->ops;
+	struct qsm_fid *s0;
+	struct qsm_fdev *d0;
+	struct qsm_fmr *m = NULL;
+	uint32_t k = 0;
+	uint8_t buf[1024];
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *two;
+	struct qsm_sim_stats st;
+
+	ck_assert_int_eq(o->create_id(fc, &SENT, &s0), 0);
+	ck_assert_int_eq(o->bind(s0, at(A_IP, 0)), 0);
+	d0 = o->id_device(s0);
+
+	/* 1 TiB over a 1 KiB buffer: beyond max_mr_size, and not mapped either */
+	ck_assert_int_eq(o->reg_mr(d0, buf, 1ull << 40, QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE,
+				   &m, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, buf, (size_t)QSM_SIM_MAX_MR_SIZE + 1, 0, &m, &k, &k), -EINVAL);
+	ck_assert_int_eq(o->reg_mr(d0, (void *)(UINTPTR_MAX - 15), 32, 0, &m, &k, &k), -EINVAL);
+	/* within max_mr_size, but its second page is not mapped */
+	two = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(two, MAP_FAILED);
+	ck_assert_int_eq(munmap(two + pg, pg), 0);
+	ck_assert_int_eq(o->reg_mr(d0, two, 2 * pg, 0, &m, &k, &k), -EFAULT);
+	ck_assert_int_eq(o->reg_mr(d0, two + pg - 8, 16, 0, &m, &k, &k), -EFAULT);
+	ck_assert_ptr_null(m);
+	qsm_sim_get_stats(sim, &st);
+	ck_assert_uint_eq(st.mrs, 0);
+	/* the mapped page alone, unaligned at both ends, is fine */
+	ck_assert_int_eq(o->reg_mr(d0, two + 8, pg - 16, 0, &m, &k, &k), 0);
+	o->dereg_mr(m);
+	ck_assert_int_eq(munmap(two, pg), 0);
+
+	expect_none(fc);
+	o->destroy_id(s0);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_fabric_destroy_discards_outstanding_recvs_and_mrs_die_with_the_world)
 {
 	struct qsm_fid *a, *p;
@@ -2086,6 +2163,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_send_gathers_its_sges_and_the_recv_scatters_them);
 	tcase_add_test(tc, test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_writer);
 	tcase_add_test(tc, test_rdma_read_fetches_from_the_rkey_into_local_sges);
+	tcase_add_test(tc, test_zero_length_rdma_checks_no_rkey_and_touches_no_memory);
 	tcase_add_test(tc, test_refused_rkey_is_rem_access_err_then_wc_error_and_both_qps_in_err);
 	tcase_add_test(tc, test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender);
 	tcase_add_test(tc, test_message_larger_than_the_recv_is_loc_len_err_at_the_receiver);
@@ -2101,6 +2179,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_send_to_a_peer_qp_in_err_is_retry_exc_err_after_the_peer_flushed);
 	tcase_add_test(tc, test_mr_keeps_a_removed_device_removing_until_dereg);
 	tcase_add_test(tc, test_reg_mr_checks_arguments_and_gives_world_unique_keys);
+	tcase_add_test(tc, test_reg_mr_refuses_lengths_the_kernel_would_not_pin);
 	tcase_add_test(tc, test_fabric_destroy_discards_outstanding_recvs_and_mrs_die_with_the_world);
 	tcase_add_test(tc, test_loopback_send_between_ids_of_one_fabric);
 	suite_add_tcase(s, tc);

@@ -44,7 +44,12 @@ extern "C" {
  * memory, and its completions (QSM_EV_COMPLETION) are queued like any other event.
  * - MRs: reg_mr needs an UP device (-ENODEV) and gives distinct, world-unique lkey
  *   and rkey, never reused.  An MR keeps its device REMOVING until dereg_mr.
- *   REMOTE_WRITE without LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.
+ *   REMOTE_WRITE without LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.  As the kernel, which
+ *   pins every page, reg_mr refuses a length of 0, more than QSM_SIM_MAX_MR_SIZE (the sim
+ *   device's max_mr_size) or a range past the end of the address space (-EINVAL), and a
+ *   range with a page that is not mapped (-EFAULT, found with mincore(2)); it cannot tell
+ *   memory that is mapped but not the caller's to give (another buffer's), so a range
+ *   longer than its buffer but within mapped memory is still taken.
  * - Queues: post_recv works from INIT on; post_send needs RTS (-EINVAL before).
  *   In ERR both complete the WR with WR_FLUSH_ERR, and entering ERR flushes the
  *   posted receives at once, in post order, before the event that reports the
@@ -61,7 +66,8 @@ extern "C" {
  *   lkey bad: LOC_LEN_ERR / LOC_PROT_ERR on it, GENERAL_ERR to the sender (hardware
  *   says REM_INV_REQ / REM_OP_ERR), both QPs to ERR.
  * - RDMA_WRITE / RDMA_READ need an rkey of the peer's device granting REMOTE_WRITE /
- *   REMOTE_READ over the range; only the sender completes.  A refused rkey is
+ *   REMOTE_READ over the range; only the sender completes.  A zero-length one checks
+ *   neither rkey nor remote address and succeeds (IBA C9-88, as rxe does).  A refused rkey is
  *   REM_ACCESS_ERR to the sender and QP_FATAL to the peer (IBV_EVENT_QP_ACCESS_ERR),
  *   both QPs to ERR.
  * - A local SGE that its lkey does not cover (with LOCAL_WRITE where data is
@@ -77,6 +83,9 @@ extern "C" {
 
 struct qsm_sim;
 struct qsm_fabric;
+
+/* The sim device's max_mr_size (ibv_device_attr): reg_mr refuses longer (-EINVAL). */
+#define QSM_SIM_MAX_MR_SIZE (1ull << 32)
 
 #define QSM_SIM_REQ_PDATA 56   /* IB CM REQ private data less the rdma_cm header */
 #define QSM_SIM_REP_PDATA 196  /* IB CM REP private data */
