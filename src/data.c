@@ -1,17 +1,32 @@
 /* rdma-qsm: the data path of a queue: its memory regions (owned by the queue, released with its
  * device), work requests on its QP, completions handed to the class's completion handler. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "runtime.h"
+
+/*
+ * What ibv_reg_mr refuses whatever the device: checked here, at the door, so that a caller's
+ * mistake is -EINVAL in every state (not -ENODEV before a device is attached), and so that a
+ * pool taken while the registry holds no device cannot fail later, unseen, on each device.
+ */
+static bool mr_args_valid(const void *addr, size_t len, int access)
+{
+	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr)
+		return false;
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+		return false;
+	/* remote write needs local write (ibv_reg_mr(3)) */
+	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);
+}
 
 int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret)
 {
 	struct qsm_mr *mr;
 	int r;
 
-	if (!q || !addr || !len || !ret || q->dead ||
-	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)))
+	if (!q || !ret || q->dead || !mr_args_valid(addr, len, access))
 		return -EINVAL;
 	if (!q->dev || q->dev->removing)
 		return -ENODEV;
@@ -129,8 +144,7 @@ int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, st
 	struct qsm_list *n, *tmp;
 	int r = 0;
 
-	if (!ctx || !addr || !len || !ret ||
-	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)))
+	if (!ctx || !ret || !mr_args_valid(addr, len, access))
 		return -EINVAL;
 	if (!ctx->ops->reg_mr)
 		return -EOPNOTSUPP;

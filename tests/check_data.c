@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <qsm/qsm.h>
@@ -288,6 +289,38 @@ START_TEST(test_data_path_argument_checks)
 }
 END_TEST
 
+/* A caller's bad argument is -EINVAL whatever the queue's state: checked before -ENODEV and
+ * -ENOTCONN, and before a pool is taken with no device to refuse it. */
+START_TEST(test_bad_arguments_are_einval_before_the_state_is_looked_at)
+{
+	static char pool_mem[64];
+	struct qsm_conn *q;
+	struct qsm_sge s[QSM_MAX_SGE + 1] = { { 0 } };
+	struct qsm_mr *mr = NULL;
+	struct qsm_pool *pool = NULL;
+	struct qsm_counters k;
+	void *top = (void *)(UINTPTR_MAX - 7);
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr }, &q), 0);
+	/* no device yet, so a state check first would say -ENODEV */
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, 8, QSM_ACCESS_REMOTE_WRITE, &mr), -EINVAL);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, top, 16, 0, &mr), -EINVAL);
+	ck_assert_ptr_null(mr);
+	/* no QP yet, so a state check first would say -ENOTCONN */
+	ck_assert_int_eq(qsm_conn_post_write(q, 1, s, -1, 0, 0, 0), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_read(q, 1, s, 1, 0, 0, 0x80), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 1, s, QSM_MAX_SGE + 1), -EINVAL);
+	/* the server's ctx has no device in its registry: nothing would refuse these later */
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &k), 0);
+	ck_assert_uint_eq(k.devices_live, 0);
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, sizeof(pool_mem), QSM_ACCESS_REMOTE_WRITE,
+					  &pool), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, top, 16, 0, &pool), -EINVAL);
+	ck_assert_ptr_null(pool);
+}
+END_TEST
+
 /* A target's pool: registered once per device, used by every queue, released with the device. */
 START_TEST(test_pool_is_registered_per_device_and_released_with_it)
 {
@@ -358,6 +391,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_device_removal_releases_mrs_after_device_removed_handler);
 	tcase_add_test(t, test_no_completion_after_destroy);
 	tcase_add_test(t, test_data_path_argument_checks);
+	tcase_add_test(t, test_bad_arguments_are_einval_before_the_state_is_looked_at);
 	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
 	suite_add_tcase(s, t);
 	return s;
