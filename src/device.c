@@ -102,12 +102,19 @@ void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
 {
 	struct qsm_ctx *ctx = d->ctx;
 
-	if (d->obj.closed || it->event != QSM_EV_DEVICE_REMOVAL) {
+	if (d->obj.closed) {
 		ctx->counters.dropped++;
 		return;
 	}
 	ctx->counters.dispatched++;
 	ctx->counters.events[it->event]++;
+	if (it->event != QSM_EV_DEVICE_REMOVAL) {
+		/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
+		ctx->counters.unexpected++;
+		qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial,
+			  d->removing ? "REMOVING" : "IN_USE", it->event, NULL, it->status);
+		return;
+	}
 	ctx->counters.transitions++;
 	qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, "IN_USE", it->event,
 		  "REMOVING", it->status);

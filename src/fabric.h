@@ -42,6 +42,10 @@
  *   (REQ 56, REP 196, REJ 148 bytes), iWARP does not.  Handlers must not rely on it.
  * - A CONNECT_REQUEST never returned when its listening id is destroyed: the backend
  *   destroys the new id and the active side is rejected.
+ * - An event the backend cannot name (rdmacm: an rdma_cm event this build's rdma-core did
+ *   not define) is QSM_EV_CM_UNKNOWN, status its raw number, for the id's owner; no machine
+ *   has an edge for it, so the owner counts and traces it as unexpected.  Never an index
+ *   past a table.
  */
 
 struct qsm_fabric;

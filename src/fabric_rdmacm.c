@@ -24,6 +24,7 @@
 
 #include "fabric.h"
 #include "addr.h"
+#include "cm_event.h"
 #include "list.h"
 
 #define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */
@@ -684,9 +685,17 @@ static int take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			return -errno;
 		}
 		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
-		ev->event = (int)ce->event + 1;
-		ev->status = ce->status;
+		ev->event = qsm_cm_event_map((int)ce->event);
+		ev->status = ev->event == QSM_EV_CM_UNKNOWN ? (int)ce->event : ce->status;
 		fill_pdata(ev, ce);
+		if (ev->event == QSM_EV_CM_UNKNOWN && !ce->id->context) {
+			/* Every id of ours has a context: this is one the kernel made for us (as it does
+			 * for a request) for an event we cannot name.  Nobody owns it: the ctx counts it
+			 * as an orphan, and the id goes, so that nothing is left behind. */
+			rdma_ack_cm_event(ce);
+			rdma_destroy_id(ce->id);
+			return 0;
+		}
 		if (ce->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 			lid = ce->listen_id->context;
 			id = fid_new(f, ce->id, NULL);

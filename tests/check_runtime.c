@@ -11,6 +11,8 @@
 #include <qsm/ctx.h>
 #include <qsm/sim.h>
 
+#include "fabric.h"
+
 #include "check_main.h"
 
 static uint64_t vnow = 1000000000ull;
@@ -578,6 +580,93 @@ START_TEST(test_jittered_retry_delay_near_uint32_max_does_not_wrap)
 }
 END_TEST
 
+/* ---- an rdma_cm event the library cannot name (a newer rdma-core's) ---- */
+
+/* The sim's ops with get_event wrapped: after the first ESTABLISHED, one CM_UNKNOWN for the
+ * same id and owner, as the rdmacm fabric reports an event its switch does not name. */
+static const struct qsm_fabric_ops *sim_ops;
+static struct qsm_fabric_ops unknown_ops;
+static struct qsm_fabric_event established;
+static int unknown_raw;
+
+static int get_event_then_unknown(struct qsm_fabric *f, struct qsm_fabric_event *ev)
+{
+	int r;
+
+	if (unknown_raw && established.owner) {
+		*ev = (struct qsm_fabric_event){ .event = QSM_EV_CM_UNKNOWN, .status = unknown_raw,
+						 .owner = established.owner, .id = established.id };
+		unknown_raw = 0;
+		return 0;
+	}
+	r = sim_ops->get_event(f, ev);
+	if (r == 0 && ev->event == QSM_EV_ESTABLISHED && !established.owner)
+		established = *ev;
+	return r;
+}
+
+static struct {
+	unsigned records;
+	int status;
+	char from[32];
+	bool to_null;
+} unknown_trace;
+
+static void trace_unknown(const struct qsm_trace_record *r, void *arg)
+{
+	(void)arg;
+	if (!r->event || strcmp(r->event, "CM_UNKNOWN") != 0)
+		return;
+	unknown_trace.records++;
+	unknown_trace.status = r->status;
+	snprintf(unknown_trace.from, sizeof(unknown_trace.from), "%s", r->from);
+	unknown_trace.to_null = r->to == NULL;
+}
+
+START_TEST(test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected)
+{
+	const int raw[] = { 1000, -1 };
+
+	for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++) {
+		struct qsm_fabric *f;
+		struct qsm_ctx *c = cctx;
+		struct qsm_ctx_opts o = { .now_ns = vclock, .seed = 42 };
+		struct qsm_conn *q;
+
+		/* a client ctx whose fabric reports the unknown event */
+		ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+		sim_ops = f->ops;
+		unknown_ops = *f->ops;
+		unknown_ops.get_event = get_event_then_unknown;
+		f->ops = &unknown_ops;
+		o.fabric = f;
+		ck_assert_int_eq(qsm_ctx_new(&cctx, &o), 0);
+		qsm_ctx_free(c);
+		memset(&established, 0, sizeof(established));
+		memset(&unknown_trace, 0, sizeof(unknown_trace));
+		memset(&seen, 0, sizeof(seen));
+		unknown_raw = raw[i];
+		qsm_ctx_set_trace(cctx, trace_unknown, NULL);
+		if (i == 0)
+			listen_server();
+		q = new_client("LOGIN u");
+		qsm_conn_connect(q);
+		pump(0);
+		ck_assert_int_eq(unknown_raw, 0); /* it was reported */
+		ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE); /* and changed nothing */
+		ck_assert_int_eq(COUNT(cctx, events[QSM_EV_CM_UNKNOWN]), 1);
+		ck_assert_int_eq(COUNT(cctx, unexpected), 1);
+		ck_assert_int_eq(seen.unexpected, 1);
+		ck_assert_uint_eq(unknown_trace.records, 1);
+		ck_assert_int_eq(unknown_trace.status, raw[i]);
+		ck_assert_str_eq(unknown_trace.from, "LIVE");
+		ck_assert(unknown_trace.to_null);
+		ck_assert_int_eq(qsm_conn_destroy(q), 0);
+		pump(0);
+	}
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -598,6 +687,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_retry_beyond_int_max_ms_reports_int_max_and_still_fires);
 	tcase_add_test(t, test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap);
 	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
+	tcase_add_test(t, test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected);
 	suite_add_tcase(s, t);
 	return s;
 }

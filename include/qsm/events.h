@@ -12,7 +12,10 @@ extern "C" {
  * event per line in that form.  0 is never an event.
  */
 enum qsm_event {
-	/* rdma_cm events: QSM_EV_X == RDMA_CM_EVENT_X + 1 */
+	/* rdma_cm events: RDMA_CM_EVENT_X is QSM_EV_X, mapped by name (the rdmacm fabric's
+	 * switch), not by arithmetic: the numbers are ours.  CM_UNKNOWN is an rdma_cm event
+	 * this build has no name for (a newer rdma-core's), status = its raw number; no machine
+	 * has an edge for it, so it is always unexpected. */
 	QSM_EV_ADDR_RESOLVED = 1,
 	QSM_EV_ADDR_ERROR = 2,
 	QSM_EV_ROUTE_RESOLVED = 3,
@@ -29,6 +32,7 @@ enum qsm_event {
 	QSM_EV_MULTICAST_ERROR = 14,
 	QSM_EV_ADDR_CHANGE = 15,
 	QSM_EV_TIMEWAIT_EXIT = 16,
+	QSM_EV_CM_UNKNOWN = 31,
 
 	/* downcalls: the ULP asked for something */
 	QSM_EV_CONNECT = 32,
