@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include "fabric.h"
 #include "addr.h"
 #include "cm_event.h"
+#include "fabric_pending.h"
 #include "list.h"
 
 #define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */
@@ -69,17 +69,6 @@ static struct rdma_event_channel *pin_channel;   /* pins only ever get DEVICE_RE
 
 struct rc_fabric;
 
-/* One pending synthesised event (completions, async events, new devices). */
-struct pending {
-	struct qsm_list node;
-	int event;
-	int status;
-	struct qsm_fid *id;
-	struct qsm_fdev *dev;
-	bool device_wide;                /* QP_FATAL for every QP of `dev`, expanded when taken */
-	struct qsm_fabric_wc wc;         /* QSM_EV_COMPLETION */
-};
-
 struct qsm_fdev {
 	struct qsm_list node;                /* in rc_fabric.devs */
 	struct rc_fabric *fab;
@@ -114,6 +103,7 @@ struct qsm_fmr {
  * a WR whose flush the backend already synthesised is recognised and dropped.
  */
 struct wr_rec {
+	struct qsm_pending done;         /* first: the record is its own completion (fabric_pending.h) */
 	struct qsm_list node;                /* in qsm_fid.wq[] */
 	uint64_t wr_id;                  /* the ULP's */
 	uint32_t seq;
@@ -148,11 +138,9 @@ struct qsm_fid {
 struct rc_fabric {
 	struct qsm_fabric base;
 	struct rdma_event_channel *ch;
-	int epfd, tfd, kfd;
+	int epfd, tfd;
 	struct qsm_list ids, devs;
-	pthread_mutex_t lock;            /* pending + kick: async events come from other fabrics too */
-	struct qsm_list pending;
-	bool kicked;
+	struct qsm_pending_queue pq;     /* what get_event() reports after the CM's events */
 	bool polled_once;
 	uint64_t next_qp_serial;
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
@@ -167,71 +155,13 @@ static struct rc_fabric *to_fab(struct qsm_fabric *f)
 	return qsm_container_of(f, struct rc_fabric, base);
 }
 
-/* ---- pending events ---- */
+/* ---- pending events (fabric_pending.c) ---- */
 
-static void pending_push_wc(struct rc_fabric *f, int event, int status, struct qsm_fid *id,
-			    struct qsm_fdev *dev, bool device_wide, const struct qsm_fabric_wc *wc)
-{
-	struct pending *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return;   /* lost; the runtime's state timeouts cover a lost QP event */
-	if (wc)
-		p->wc = *wc;
-	p->event = event;
-	p->status = status;
-	p->id = id;
-	p->dev = dev;
-	p->device_wide = device_wide;
-	pthread_mutex_lock(&f->lock);
-	qsm_list_add_tail(&f->pending, &p->node);
-	if (!f->kicked) {
-		f->kicked = true;
-		(void)eventfd_write(f->kfd, 1);
-	}
-	pthread_mutex_unlock(&f->lock);
-}
-
+/* Not a completion: lost if memory is short, which the runtime's state timeouts cover. */
 static void pending_push(struct rc_fabric *f, int event, int status, struct qsm_fid *id,
 			 struct qsm_fdev *dev, bool device_wide)
 {
-	pending_push_wc(f, event, status, id, dev, device_wide, NULL);
-}
-
-static struct pending *pending_pop(struct rc_fabric *f)
-{
-	struct pending *p = NULL;
-
-	pthread_mutex_lock(&f->lock);
-	if (!qsm_list_empty(&f->pending)) {
-		p = qsm_container_of(f->pending.next, struct pending, node);
-		qsm_list_del(&p->node);
-	}
-	if (qsm_list_empty(&f->pending) && f->kicked) {
-		eventfd_t v;
-
-		f->kicked = false;
-		(void)eventfd_read(f->kfd, &v);
-	}
-	pthread_mutex_unlock(&f->lock);
-	return p;
-}
-
-/* Drop what is pending for an id (only QP events are ever pending), or for a device. */
-static void pending_drop(struct rc_fabric *f, struct qsm_fid *id, struct qsm_fdev *dev)
-{
-	struct qsm_list *pos, *tmp;
-
-	pthread_mutex_lock(&f->lock);
-	qsm_list_each(pos, tmp, &f->pending) {
-		struct pending *p = qsm_container_of(pos, struct pending, node);
-
-		if ((id && p->id == id) || (dev && p->dev == dev && !p->id)) {
-			qsm_list_del(&p->node);
-			free(p);
-		}
-	}
-	pthread_mutex_unlock(&f->lock);
+	(void)qsm_pending_push_event(&f->pq, event, status, id, dev, device_wide);
 }
 
 /* ---- verbs contexts ---- */
@@ -473,7 +403,7 @@ static void dev_release_resources(struct qsm_fdev *d)
 	d->cq = NULL;
 	d->cc = NULL;
 	d->pd = NULL;
-	pending_drop(f, NULL, d);
+	qsm_pending_drop(&f->pq, NULL, d);
 	vctx_put(d->vc);
 	d->vc = NULL;
 }
@@ -486,7 +416,7 @@ static void dev_settle(struct qsm_fdev *d)
 		dev_release_resources(d);
 	if (d->present || d->gets || d->nqps || d->nmrs || d->nids)
 		return;
-	pending_drop(d->fab, NULL, d);
+	qsm_pending_drop(&d->fab->pq, NULL, d);
 	qsm_list_del(&d->node);
 	free(d);
 }
@@ -620,7 +550,6 @@ static void rc_destroy(struct qsm_fabric *base)
 {
 	struct rc_fabric *f = to_fab(base);
 	struct qsm_list *pos, *tmp;
-	struct pending *p;
 
 	if (!base)
 		return;
@@ -643,13 +572,10 @@ static void rc_destroy(struct qsm_fabric *base)
 		d->present = false;
 		dev_settle(d);
 	}
-	while ((p = pending_pop(f)))
-		free(p);
+	qsm_pending_fini(&f->pq);
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
 	close(f->tfd);
-	close(f->kfd);
-	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
 
@@ -747,29 +673,37 @@ static uint64_t wr_tag(const struct qsm_fid *id, int wq, uint32_t seq)
 	return ((id->qp_serial & TAG_SERIAL_MASK) << 32) | (wq == WQ_RECV ? TAG_RECV : 0) | seq;
 }
 
-static void wc_push(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode opcode,
-		    enum qsm_wc_status status, uint32_t byte_len)
-{
-	struct qsm_fabric_wc wc = { .wr_id = wr_id, .status = status, .opcode = opcode,
-				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
-
-	pending_push_wc(id->fab, QSM_EV_COMPLETION, 0, id, NULL, false, &wc);
-}
-
-static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
+static void rec_unlink(struct qsm_fid *id, int wq, struct wr_rec *r)
 {
 	qsm_list_del(&r->node);
 	if (r->hw)
 		id->wq_hw[wq]--;
+}
+
+/* A WR that completes without a completion (an unsignaled send, or its QP is gone). */
+static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
+{
+	rec_unlink(id, wq, r);
 	free(r);
+}
+
+/* The WR's completion, carried by its own record: no memory needed, so none is ever lost. */
+static void rec_complete(struct qsm_fid *id, int wq, struct wr_rec *r, enum qsm_wc_status status,
+			 uint32_t byte_len)
+{
+	struct qsm_fabric_wc wc = { .wr_id = r->wr_id, .status = status,
+				    .opcode = (enum qsm_wr_opcode)r->opcode,
+				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
+
+	rec_unlink(id, wq, r);
+	qsm_pending_complete(&id->fab->pq, &r->done, id, &wc);
 }
 
 /* A WR the QP will never complete (posted after ERR, or not flushed): its flush, from us. */
 static void rec_flush(struct qsm_fid *id, int wq, struct wr_rec *r)
 {
 	id->fab->wc_synth++;
-	wc_push(id, r->wr_id, (enum qsm_wr_opcode)r->opcode, QSM_WC_WR_FLUSH_ERR, 0);
-	rec_free(id, wq, r);
+	rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
 }
 
 /* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */
@@ -860,8 +794,9 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		id->qp_err = true;   /* an error completion moves an RC QP to ERR */
 	/* wc->opcode is undefined in error completions: the WR's own is reported */
 	if (wq == WQ_RECV || r->signaled || st != QSM_WC_SUCCESS)
-		wc_push(id, r->wr_id, (enum qsm_wr_opcode)r->opcode, st, wc->byte_len);
-	rec_free(id, wq, r);
+		rec_complete(id, wq, r, st, wc->byte_len);
+	else
+		rec_free(id, wq, r);
 	if (st != QSM_WC_SUCCESS && st != QSM_WC_WR_FLUSH_ERR && !id->wc_error_sent) {
 		id->wc_error_sent = true;
 		pending_push(d->fab, QSM_EV_WC_ERROR, -EIO, id, NULL, false);
@@ -1007,7 +942,7 @@ static void poll_devices(struct rc_fabric *f)
 static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 {
 	struct rc_fabric *f;
-	struct pending *p;
+	struct qsm_pending *p;
 	int r;
 
 	if (!base || !ev)
@@ -1020,7 +955,7 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	harvest_completions(f);
 	harvest_async(f);
 	poll_devices(f);
-	while ((p = pending_pop(f))) {
+	while ((p = qsm_pending_pop(&f->pq))) {
 		if (p->device_wide) {
 			/* expanded here, in the fabric's own thread, where its QP list is safe */
 			for (int b = 0; b < QP_BUCKETS; b++) {
@@ -1030,12 +965,12 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 					pending_push(f, p->event, p->status,
 						     qsm_container_of(pos, struct qsm_fid, qp_node), NULL, false);
 			}
-			free(p);
+			qsm_pending_release(p);
 			continue;
 		}
 		if (p->id && p->event == QSM_EV_QP_FATAL) {
 			if (!p->id->has_qp || p->id->fatal_sent) {
-				free(p);
+				qsm_pending_release(p);
 				continue;
 			}
 			p->id->fatal_sent = true;
@@ -1049,7 +984,7 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 		ev->id = p->id;
 		ev->owner = p->id ? p->id->owner : NULL;
 		ev->device = p->id ? p->id->dev : p->dev;
-		free(p);
+		qsm_pending_release(p);
 		return 0;
 	}
 	return -EAGAIN;
@@ -1088,7 +1023,7 @@ static void rc_destroy_id(struct qsm_fid *id)
 	if (!id)
 		return;
 	rc_destroy_qp(id);
-	pending_drop(id->fab, id, NULL);
+	qsm_pending_drop(&id->fab->pq, id, NULL);
 	/* Acked events only, so this cannot wait on anything of ours. */
 	rdma_destroy_id(id->cm);
 	qsm_list_del(&id->node);
@@ -1238,7 +1173,7 @@ static void rc_destroy_qp(struct qsm_fid *id)
 	id->has_qp = false;
 	id->draining = false;
 	id->qp_err = false;
-	pending_drop(id->fab, id, NULL);
+	qsm_pending_drop(&id->fab->pq, id, NULL);
 	d->cq_need -= id->qp_wrs;
 	d->nqps--;
 	dev_settle(d);
@@ -1496,10 +1431,12 @@ static int sges_ok(const struct qsm_fabric_sge *sg, int n)
 static struct wr_rec *rec_new(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode op,
 			      bool signaled)
 {
-	struct wr_rec *r = calloc(1, sizeof(*r));
+	/* the completion's memory too, now: the post fails if memory is short, never the WC */
+	struct wr_rec *r = qsm_pending_alloc(sizeof(*r));
 
 	if (!r)
 		return NULL;
+	qsm_list_init(&r->node);
 	r->wr_id = wr_id;
 	r->opcode = (uint8_t)op;
 	r->signaled = signaled;
@@ -1511,16 +1448,15 @@ static struct wr_rec *rec_new(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_op
  * posted in ERR), flushed by us, behind what the work queue still holds. */
 static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_opcode op)
 {
-	struct wr_rec *r;
+	struct wr_rec *r = rec_new(id, wr_id, op, true);
 
-	if (qsm_list_empty(&id->wq[wq])) {
-		id->fab->wc_synth++;
-		wc_push(id, wr_id, op, QSM_WC_WR_FLUSH_ERR, 0);
-		return 0;
-	}
-	r = rec_new(id, wr_id, op, true);
 	if (!r)
 		return -ENOMEM;
+	if (qsm_list_empty(&id->wq[wq])) {
+		id->fab->wc_synth++;
+		rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
+		return 0;
+	}
 	qsm_list_add_tail(&id->wq[wq], &r->node);
 	return 0;
 }
@@ -1657,11 +1593,9 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	if (!f)
 		return -ENOMEM;
 	f->base.ops = &rc_ops;
-	f->epfd = f->tfd = f->kfd = -1;
+	f->epfd = f->tfd = f->pq.kfd = -1;
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
-	qsm_list_init(&f->pending);
-	pthread_mutex_init(&f->lock, NULL);
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {
 		r = errno_or(ENODEV);
@@ -1682,13 +1616,14 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	}
 	f->epfd = epoll_create1(EPOLL_CLOEXEC);
 	f->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	f->kfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (f->epfd < 0 || f->tfd < 0 || f->kfd < 0) {
+	if (f->epfd < 0 || f->tfd < 0) {
 		r = -errno;
 		goto fail;
 	}
+	if ((r = qsm_pending_init(&f->pq)) < 0)
+		goto fail;
 	if ((r = set_nonblock(f->ch->fd)) < 0 || (r = epoll_add(f, f->ch->fd)) < 0 ||
-	    (r = epoll_add(f, f->tfd)) < 0 || (r = epoll_add(f, f->kfd)) < 0 ||
+	    (r = epoll_add(f, f->tfd)) < 0 || (r = epoll_add(f, f->pq.kfd)) < 0 ||
 	    (r = epoll_add(f, pin_channel->fd)) < 0)
 		goto fail;
 	if (timerfd_settime(f->tfd, 0, &its, NULL) < 0) {
@@ -1705,9 +1640,7 @@ fail:
 		close(f->epfd);
 	if (f->tfd >= 0)
 		close(f->tfd);
-	if (f->kfd >= 0)
-		close(f->kfd);
-	pthread_mutex_destroy(&f->lock);
+	qsm_pending_fini(&f->pq);
 	free(f);
 	return r;
 }

@@ -1,6 +1,9 @@
 /* rdma-qsm: the pieces of the rdmacm fabric (src/fabric_rdmacm.c) that need no RDMA device,
- * tested alone: how rdma_cm's events are named in the library's alphabet. */
+ * tested alone: how rdma_cm's events are named, and the queue that must never lose a completion. */
 #include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +12,7 @@
 #include <qsm/events.h>
 
 #include "cm_event.h"
+#include "fabric_pending.h"
 
 #include "check_main.h"
 
@@ -55,6 +59,87 @@ START_TEST(test_out_of_range_cm_event_maps_to_cm_unknown)
 }
 END_TEST
 
+/* ---- the pending queue: every WR that was posted completes exactly once ---- */
+
+static char ID_A, ID_B, DEV;
+#define FID(x) ((struct qsm_fid *)(void *)&(x))
+#define FDEV(x) ((struct qsm_fdev *)(void *)&(x))
+
+static bool readable(const struct qsm_pending_queue *q)
+{
+	struct pollfd pfd = { .fd = q->kfd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) == 1;
+}
+
+/* As the fabric does: a WR's record is allocated when it is posted, and is its completion. */
+START_TEST(test_completions_of_posted_wrs_survive_allocation_failures)
+{
+	struct qsm_pending_queue q;
+	struct qsm_pending *rec[8], *p;
+	int posted = 0;
+
+	ck_assert_int_eq(qsm_pending_init(&q), 0);
+	/* memory short at post time: every other post fails, and has nothing to complete */
+	for (int i = 0; i < 8; i++) {
+		qsm_pending_fail_allocs(i % 2);
+		rec[posted] = qsm_pending_alloc(sizeof(*rec[posted]));
+		if (rec[posted])
+			rec[posted++]->wc.wr_id = (uint64_t)i;
+	}
+	ck_assert_int_eq(posted, 4);
+	/* memory gone when the completions come: none of them may be lost */
+	qsm_pending_fail_allocs(UINT_MAX);
+	for (int i = 0; i < posted; i++) {
+		struct qsm_fabric_wc wc = { .wr_id = rec[i]->wc.wr_id, .status = QSM_WC_SUCCESS,
+					    .opcode = QSM_WR_RECV, .byte_len = 40 + (uint32_t)i };
+
+		qsm_pending_complete(&q, rec[i], FID(ID_A), &wc);
+	}
+	/* an event that is not a completion may be lost, and says so */
+	ck_assert_int_eq(qsm_pending_push_event(&q, QSM_EV_QP_FATAL, -EIO, FID(ID_A), NULL, false), -ENOMEM);
+	ck_assert(readable(&q));
+	for (int i = 0; i < posted; i++) {
+		p = qsm_pending_pop(&q);
+		ck_assert_ptr_nonnull(p);
+		ck_assert_int_eq(p->event, QSM_EV_COMPLETION);
+		ck_assert_ptr_eq(p->id, FID(ID_A));
+		ck_assert_uint_eq(p->wc.wr_id, (uint64_t)(2 * i)); /* post order: 0, 2, 4, 6 */
+		ck_assert_int_eq(p->wc.status, QSM_WC_SUCCESS);
+		ck_assert_int_eq(p->wc.opcode, QSM_WR_RECV);
+		ck_assert_uint_eq(p->wc.byte_len, 40 + (uint32_t)i);
+		qsm_pending_release(p);
+	}
+	ck_assert_ptr_null(qsm_pending_pop(&q));
+	ck_assert(!readable(&q));
+	qsm_pending_fail_allocs(0);
+	qsm_pending_fini(&q);
+}
+END_TEST
+
+START_TEST(test_drop_releases_only_what_is_queued_for_that_id_or_device)
+{
+	struct qsm_pending_queue q;
+	struct qsm_fabric_wc wc = { .wr_id = 9 };
+	struct qsm_pending *p;
+
+	ck_assert_int_eq(qsm_pending_init(&q), 0);
+	qsm_pending_complete(&q, qsm_pending_alloc(sizeof(*p)), FID(ID_A), &wc);
+	ck_assert_int_eq(qsm_pending_push_event(&q, QSM_EV_DRAINED, 0, FID(ID_B), NULL, false), 0);
+	ck_assert_int_eq(qsm_pending_push_event(&q, QSM_EV_DEVICE_ADDED, 0, NULL, FDEV(DEV), false), 0);
+	ck_assert_int_eq(qsm_pending_push_event(&q, QSM_EV_WC_ERROR, -EIO, FID(ID_A), NULL, false), 0);
+	qsm_pending_drop(&q, FID(ID_A), NULL);
+	p = qsm_pending_pop(&q);
+	ck_assert_int_eq(p->event, QSM_EV_DRAINED);
+	qsm_pending_release(p);
+	qsm_pending_drop(&q, NULL, FDEV(DEV));
+	ck_assert_ptr_null(qsm_pending_pop(&q));
+	/* what is left at the end is released with the queue (ASan: no leak) */
+	qsm_pending_complete(&q, qsm_pending_alloc(sizeof(*p)), FID(ID_B), &wc);
+	qsm_pending_fini(&q);
+}
+END_TEST
+
 static Suite *rdmacm_suite(void)
 {
 	Suite *s = suite_create("rdmacm");
@@ -62,6 +147,10 @@ static Suite *rdmacm_suite(void)
 
 	tcase_add_test(t, test_every_known_cm_event_maps_to_the_qsm_event_of_its_name);
 	tcase_add_test(t, test_out_of_range_cm_event_maps_to_cm_unknown);
+	suite_add_tcase(s, t);
+	t = tcase_create("pending");
+	tcase_add_test(t, test_completions_of_posted_wrs_survive_allocation_failures);
+	tcase_add_test(t, test_drop_releases_only_what_is_queued_for_that_id_or_device);
 	suite_add_tcase(s, t);
 	return s;
 }
