@@ -14,15 +14,18 @@ extern "C" {
  *
  * A `struct qsm_sim` is a *world*: RDMA devices, each serving one IPv4 or IPv6
  * address, and one port space.  Any number of fabrics attach to a world, one per
- * library ctx (for instance a client ctx and a server ctx that connect to each
- * other); a fabric is the runtime's view of rdma_cm, the rdma_cm_ids live in it.
+ * ctx (for instance a client ctx and a server ctx that connect to each other):
+ * qsm_sim_fabric_new() makes one for qsm_ctx_new().  A fabric stands in for one
+ * rdma_cm event channel; the ids in it (rdma_cm_ids) are those of the ctx's queues,
+ * listeners and device registry.
  *
  * There is no time.  Every asynchronous outcome of a call (ADDR_RESOLVED,
  * CONNECT_REQUEST, ESTABLISHED, ...) is queued the moment the call is made, in a
  * deterministic FIFO order, on the event queue of the fabric that owns the id the
- * event is for.  Each fabric has an eventfd that is readable exactly while its
- * queue is not empty.  The same calls in the same order give the same events in
- * the same order, always.
+ * event is for.  Each fabric has an eventfd, behind qsm_ctx_fd() of its ctx, that
+ * is readable exactly while its queue is not empty.  The same calls in the same
+ * order give the same events in the same order, always.  Time passes only in the
+ * ctxs' timers (see qsm_ctx_opts.now_ns for a virtual clock).
  *
  * What the sim reports follows the kernel rdma_cm on RoCE/IB:
  * - private data arrives padded with zeros to the size of the CM message that
@@ -39,26 +42,37 @@ extern "C" {
  *   cma_check_port without SO_REUSEADDR).  Port 0 picks the next free port from
  *   32768 up.
  *
- * The data path (fabric.h's reg_mr, post_send, post_recv) is RC verbs on that same
- * clock: a WR executes the moment it is posted, memcpy'ing between registered
- * memory, and its completions (QSM_EV_COMPLETION) are queued like any other event.
- * - MRs: reg_mr needs an UP device (-ENODEV) and gives distinct, world-unique lkey
- *   and rkey, never reused.  An MR keeps its device REMOVING until dereg_mr.
- *   REMOTE_WRITE without LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.  As the kernel, which
- *   pins every page, reg_mr refuses a length of 0, more than QSM_SIM_MAX_MR_SIZE (the sim
- *   device's max_mr_size) or a range past the end of the address space (-EINVAL), and a
- *   range with a page that is not mapped (-EFAULT, found with mincore(2)); it cannot tell
- *   memory that is mapped but not the caller's to give (another buffer's), so a range
- *   longer than its buffer but within mapped memory is still taken.
- * - Queues: post_recv works from INIT on; post_send needs RTS (-EINVAL before).
- *   In ERR both complete the WR with WR_FLUSH_ERR, and entering ERR flushes the
- *   posted receives at once, in post order, before the event that reports the
- *   cause (DISCONNECTED, DRAINED, QP_FATAL, ...; only DEVICE_REMOVAL comes before
- *   its consequences).  Flushes carry the WR's opcode, which hardware leaves
- *   undefined: do not rely on it.  The QP's caps are enforced:
- *   num_sge up to max_*_sge (0 counts as 1, at most QSM_FABRIC_MAX_SGE), else
- *   -EINVAL; max_recv_wr receives outstanding, else -ENOMEM.  destroy_qp discards
- *   its WRs and its completions not yet taken, as ibv_destroy_qp does.
+ * The data path of <qsm/data.h> (qsm_conn_reg_mr(), qsm_ctx_reg_pool(),
+ * qsm_conn_post_send() and the other posts) is RC verbs on that same clock: a work
+ * request executes the moment it is posted, memcpy'ing between registered memory,
+ * and its completions are queued behind the events already queued, and reach the
+ * class's `completion` handler in that order.
+ * - Memory: registering needs an UP device (qsm_conn_reg_mr() returns -ENODEV) and
+ *   gives distinct, world-unique lkey and rkey, never reused.  A memory region keeps
+ *   its device REMOVING until it is deregistered (qsm_mr_dereg(), or the library
+ *   right after the class's device_removed handler).  QSM_ACCESS_REMOTE_WRITE
+ *   without QSM_ACCESS_LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.  As the kernel, which
+ *   pins every page, registering refuses a length of 0, more than QSM_SIM_MAX_MR_SIZE
+ *   (the sim device's max_mr_size) or a range past the end of the address space
+ *   (-EINVAL), and a range with a page that is not mapped (-EFAULT, found with
+ *   mincore(2)); it cannot tell memory that is mapped but not the caller's to give
+ *   (another buffer's), so a range longer than its buffer but within mapped memory is
+ *   still taken.
+ * - Posts: qsm_conn_post_recv() works once the QP exists (INIT: from the class's
+ *   qp_ready handler on); sends, writes and reads need RTS, and are -EINVAL before
+ *   (in qp_ready, for example).  A passive queue's QP is RTS from its accept on,
+ *   so it may send in ACCEPTING, before its ESTABLISHED.  In ERR every post
+ *   completes with QSM_WC_WR_FLUSH_ERR, and entering ERR flushes the posted
+ *   receives at once, in post order, before the event that reports the cause
+ *   (DISCONNECTED, DRAINED, QP_FATAL, ...; only DEVICE_REMOVAL comes before its
+ *   consequences).  Flushes carry the work request's opcode, which hardware leaves
+ *   undefined: do not rely on it.  The class's QP caps (struct qsm_qp_caps) are
+ *   enforced: nsge up to max_send_sge / max_recv_sge (0 means 1; never more than
+ *   QSM_MAX_SGE), else -EINVAL; more than max_recv_wr receives outstanding is
+ *   -ENOMEM.  max_inline_data is ignored: the sim has no inline sends.  When the
+ *   library destroys a QP (on the edges into RECONNECT_WAIT and CLOSED, and after
+ *   device_removed) its work requests and the completions not yet taken are
+ *   discarded, as ibv_destroy_qp does.
  * - A SEND fills the peer's first posted receive (RECV completion with byte_len to
  *   the peer, then the send's completion if signaled).  Its errors, as on the wire:
  *   no receive posted: RNR_RETRY_EXC_ERR to the sender, whose QP goes to ERR (the
@@ -76,9 +90,9 @@ extern "C" {
  * - Every error completion other than a flush is followed by the QP's
  *   QSM_EV_WC_ERROR (status -EIO), once per QP.
  *
- * Objects allocated by the sim abort() the process if malloc fails where a
- * call has already taken effect (posting an event): a sim that silently lost an
- * event would make every test that uses it lie.
+ * The sim abort()s the process if malloc fails where a call has already taken
+ * effect (posting an event): a sim that silently lost an event would make every
+ * test that uses it lie.
  */
 
 struct qsm_sim;
@@ -102,28 +116,30 @@ struct qsm_fabric;
 int qsm_sim_new(struct qsm_sim **ret);
 
 /*
- * Free a world, its devices and their MRs.  NULL is a no-op.  Every fabric of the world
- * must have been destroyed first (fabric->ops->destroy); a debug build asserts
- * it, a release build then defers the free until the last fabric is destroyed,
- * so nothing dangles.  Device references still held (device_get) die with it.
+ * Free a world, its devices and the memory regions still registered on them.  NULL is
+ * a no-op.  Every fabric of the world must have been destroyed first: qsm_ctx_free()
+ * destroys the fabric of its ctx.  A debug build asserts it, a release build then
+ * defers the free until the last fabric is destroyed, so nothing dangles.
  */
 void qsm_sim_free(struct qsm_sim *sim);
 
 /*
- * Attach a new fabric to the world: the backend one library ctx runs on.
- * The fabric is owned by whoever it is given to (the runtime), which destroys
- * it with (*ret)->ops->destroy(*ret) after destroying all of its ids; ids still
- * alive then are destroyed too and counted in qsm_sim_stats.ids_leaked.
- * Returns 0 and *ret; -EINVAL for NULL arguments; -ENOMEM; -errno of eventfd().
+ * Attach a new fabric to the world, for qsm_ctx_opts.fabric: the backend one ctx runs
+ * on.  The ctx owns it from then on, and qsm_ctx_free() destroys it after the ctx's
+ * queues and listeners; ids they left behind are destroyed too and counted in
+ * qsm_sim_stats.ids_leaked.  No other call destroys a fabric (see qsm_ctx_new(3)).
+ * Returns 0 and *ret; -EINVAL for NULL arguments, or if qsm_sim_free() was already
+ * called for sim while it had fabrics; -ENOMEM; -errno of eventfd().
  */
 int qsm_sim_fabric_new(struct qsm_sim *sim, struct qsm_fabric **ret);
 
 /*
  * Add a device `name` serving the address `addr` (IPv4 or IPv6 text; not a
- * wildcard).  Every fabric of the world then gets QSM_EV_DEVICE_ADDED (owner
- * and id NULL, device set).  A name that was removed and is GONE comes back up,
- * with `addr` (it may differ), as the same struct qsm_fdev.
- * Device objects live as long as the world, so ev->device stays valid.
+ * wildcard).  Every fabric of the world then reports QSM_EV_DEVICE_ADDED to its ctx,
+ * which hands it on only to the active queues waiting in RECONNECT_WAIT (they retry
+ * at once) and the listeners waiting in RELISTEN_WAIT (they listen again); no other
+ * queue or state sees it (see qsm(7)).  A name that was removed and is GONE comes
+ * back up, with `addr` (it may differ), as the same device.
  * Returns 0; -EINVAL for NULL/empty/too long (>= 64) name or a bad address;
  * -EEXIST if the name is UP; -EBUSY if it is still REMOVING; -EADDRINUSE if
  * another UP device serves that address; -ENOMEM.
@@ -137,8 +153,11 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr);
  * if the id had been destroyed (DISCONNECTED + TIMEWAIT_EXIT, or REJECTED for a
  * connection not yet answered).  The device stays REMOVING, refusing new work
  * on it (-ENODEV) and serving no address, until every id on it, every QP on it,
- * every MR registered on it and every device_get() reference is gone; then it is
- * GONE.
+ * every memory region registered on it and every reference to it (a ctx's device
+ * registry holds one while any of its queues uses the device) is gone; the library
+ * lets go of all of them as the queues take their DEVICE_REMOVAL edges.  Then it is
+ * GONE: dispatch the removal, then check qsm_sim_device_state() to test that a
+ * ULP's classes let go of the device.
  * Returns 0; -EINVAL for NULL; -ENOENT if unknown; -EALREADY if not UP.
  */
 int qsm_sim_device_remove(struct qsm_sim *sim, const char *name);
@@ -154,19 +173,20 @@ int qsm_sim_device_state(struct qsm_sim *sim, const char *name);
 
 /*
  * Live objects across all fabrics of the world, for leak checks: after a test
- * that cleaned up, ids, qps, device_refs, mrs and events_pending are all 0.
- * Every event posted ends up delivered (get_event), dropped (its id or fabric
- * was destroyed first, or a fault lost it), or is still pending (queued or held).
+ * that cleaned up (every ctx freed), ids, qps, device_refs, mrs, events_pending and
+ * ids_leaked are all 0.  Every event posted ends up delivered (taken by a ctx),
+ * dropped (its id or fabric was destroyed first, or a fault lost it), or is still
+ * pending (queued or held).
  */
 struct qsm_sim_stats {
-	unsigned ids;               /* live ids, including passive ids not yet reported */
+	unsigned ids;               /* live ids, including those of requests not yet reported */
 	unsigned qps;               /* live QPs */
-	unsigned device_refs;      /* device_get() not yet device_put() */
-	unsigned mrs;              /* reg_mr() not yet dereg_mr() */
+	unsigned device_refs;      /* references to devices that the ctxs' registries hold */
+	unsigned mrs;              /* memory regions registered, not yet deregistered */
 	unsigned events_pending;   /* queued on a fabric or held by QSM_SIM_FAULT_HOLD */
-	unsigned events_delivered; /* returned by get_event(), since qsm_sim_new() */
+	unsigned events_delivered; /* taken by the fabrics' ctxs, since qsm_sim_new() */
 	unsigned events_dropped;   /* never to be delivered, since qsm_sim_new() */
-	unsigned ids_leaked;       /* ids a fabric destroy had to destroy itself */
+	unsigned ids_leaked;       /* ids that qsm_ctx_free() left and its fabric destroyed */
 };
 
 /* Fill *st (zeroed if sim is NULL).  NULL st is a no-op. */
@@ -178,16 +198,18 @@ void qsm_sim_get_stats(struct qsm_sim *sim, struct qsm_sim_stats *st);
  * checks consumes nothing.
  */
 enum qsm_sim_fault {
-	QSM_SIM_FAULT_ADDR_ERROR,        /* resolve_addr -> ADDR_ERROR (-EHOSTUNREACH) */
-	QSM_SIM_FAULT_ROUTE_ERROR,       /* resolve_route -> ROUTE_ERROR (-ETIMEDOUT) */
-	QSM_SIM_FAULT_REJECT,            /* connect -> REJECTED (QSM_SIM_REJ_CONSUMER); the passive side sees nothing */
-	QSM_SIM_FAULT_UNREACHABLE,       /* connect -> UNREACHABLE (-ETIMEDOUT); the passive side sees nothing */
-	QSM_SIM_FAULT_CONNECT_ERROR,     /* accept -> CONNECT_ERROR (-ECONNABORTED) on both sides, no ESTABLISHED */
+	QSM_SIM_FAULT_ADDR_ERROR,        /* address resolution -> ADDR_ERROR (-EHOSTUNREACH) */
+	QSM_SIM_FAULT_ROUTE_ERROR,       /* route resolution -> ROUTE_ERROR (-ETIMEDOUT) */
+	QSM_SIM_FAULT_REJECT,            /* a connect -> REJECTED (QSM_SIM_REJ_CONSUMER); the passive side sees nothing */
+	QSM_SIM_FAULT_UNREACHABLE,       /* a connect -> UNREACHABLE (-ETIMEDOUT); the passive side sees nothing */
+	QSM_SIM_FAULT_CONNECT_ERROR,     /* an accept -> CONNECT_ERROR (-ECONNABORTED) on both sides, no ESTABLISHED */
 	QSM_SIM_FAULT_NO_TIMEWAIT_EXIT,  /* a TIMEWAIT_EXIT is lost */
 	QSM_SIM_FAULT_DUP_DISCONNECTED,  /* a DISCONNECTED is delivered twice */
 	QSM_SIM_FAULT_LATE_ESTABLISHED,  /* a DISCONNECTED is followed by a stray ESTABLISHED on the same id */
 	QSM_SIM_FAULT_NO_DRAINED,        /* a drain never produces DRAINED (QP hung) */
-	QSM_SIM_FAULT_ENOMEM,            /* create_id / create_qp fails with -ENOMEM */
+	QSM_SIM_FAULT_ENOMEM,            /* creating an id or a QP fails with -ENOMEM, fed back as the
+	                                    step's error event (ids of listeners and device
+	                                    registries take the fault too) */
 	QSM_SIM_FAULT_HOLD,              /* the next n events posted are held back until qsm_sim_release() */
 };
 #define QSM_SIM_FAULT_COUNT (QSM_SIM_FAULT_HOLD + 1)
@@ -205,8 +227,10 @@ int qsm_sim_release(struct qsm_sim *sim);
 
 /*
  * An asynchronous QP error (IBV_EVENT_QP_FATAL) on the QP of the oldest id of
- * fabric `f` whose owner is `owner`: its QP goes to ERR and it gets
- * QSM_EV_QP_FATAL (status 0).  The peer notices nothing (as on the wire).
+ * fabric `f` whose owner is `owner` and that has a QP; on a fabric of a ctx a
+ * queue owns its ids, so pass the struct qsm_conn *.  The QP goes to ERR, its
+ * posted receives are flushed, and the queue gets QSM_EV_QP_FATAL (status 0): a
+ * CONNECTED or LIVE queue drains.  The peer notices nothing (as on the wire).
  * Returns 0; -EINVAL for NULL sim/f or f not of this world; -ENOENT if no such
  * id has a QP.
  */
