@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 static const char *lstate(int s)
@@ -130,8 +131,9 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 	struct qsm_listener *l;
 	int r;
 
-	if (!ctx || !o || !ret || !o->addr || !o->cls || o->backlog < 0)
-		return -EINVAL;
+	qsm_check(ctx && o && ret, -EINVAL);
+	qsm_check(o->addr && o->cls, -EINVAL);
+	qsm_check(o->backlog >= 0, -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
 		return r;
 	if (o->addr->sa_family != AF_INET && o->addr->sa_family != AF_INET6)
@@ -168,8 +170,8 @@ int qsm_listener_destroy(struct qsm_listener *l)
 {
 	int r;
 
-	if (!l || l->obj.closed || l->dead)
-		return -EINVAL;
+	qsm_check(l, -EINVAL);
+	qsm_check(!l->obj.closed && !l->dead, -EINVAL);
 	r = qsm_post(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
 	if (r == 0)
 		l->dead = true;
@@ -178,12 +180,14 @@ int qsm_listener_destroy(struct qsm_listener *l)
 
 int qsm_listener_state(struct qsm_listener *l)
 {
-	return l ? l->state : -EINVAL;
+	qsm_check(l, -EINVAL);
+	return l->state;
 }
 
 void *qsm_listener_user(struct qsm_listener *l)
 {
-	return l ? l->user : NULL;
+	qsm_check(l, NULL);
+	return l->user;
 }
 
 void qsm_listener_teardown(struct qsm_listener *l)

@@ -991,6 +991,24 @@ START_TEST(test_fabric_destroy_frees_leftover_ids_and_counts_them_leaked)
 }
 END_TEST
 
+/* qsm_sim_free(3): a caller's bug (loud under --enable-debug), never a dangling world. */
+START_TEST(test_sim_free_with_live_fabrics_defers_the_free_to_the_last_fabric_destroy)
+{
+	struct qsm_fabric *f;
+
+	qsm_sim_free(sim);
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), -EINVAL);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_0"), QSM_SIM_DEVICE_UP);
+	fc->ops->destroy(fc);
+	fc = NULL;
+	ck_assert_int_eq(qsm_sim_device_state(sim, "mlx5_0"), QSM_SIM_DEVICE_UP);
+	/* the last fabric: the world goes with it (valgrind checks nothing is left) */
+	fs->ops->destroy(fs);
+	fs = NULL;
+	sim = NULL;
+}
+END_TEST
+
 /* ---- limits and argument checks ---- */
 
 START_TEST(test_private_data_limits_are_56_196_148)
@@ -2153,6 +2171,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_destroy_listener_with_unreported_request_destroys_it_and_rejects_the_active_side);
 	tcase_add_test(tc, test_disconnect_while_request_pending_turns_the_accept_into_connect_error);
 	tcase_add_test(tc, test_fabric_destroy_frees_leftover_ids_and_counts_them_leaked);
+	tcase_add_test(tc, test_sim_free_with_live_fabrics_defers_the_free_to_the_last_fabric_destroy);
 	tcase_add_test(tc, test_private_data_limits_are_56_196_148);
 	tcase_add_test(tc, test_argument_and_state_checks_fail_without_effect);
 	tcase_add_test(tc, test_bind_takes_device_addresses_and_follows_the_kernel_port_rules);

@@ -118,8 +118,11 @@ int qsm_sim_new(struct qsm_sim **ret);
 /*
  * Free a world, its devices and the memory regions still registered on them.  NULL is
  * a no-op.  Every fabric of the world must have been destroyed first: qsm_ctx_free()
- * destroys the fabric of its ctx.  A debug build asserts it, a release build then
- * defers the free until the last fabric is destroyed, so nothing dangles.
+ * destroys the fabric of its ctx.  A fabric still alive is the caller's bug: the free
+ * is then deferred until the last fabric is destroyed, so nothing dangles, and
+ * qsm_sim_fabric_new() on the world fails with -EINVAL meanwhile.  A debug build
+ * (./configure --enable-debug) also prints "qsm: qsm_sim_free: check failed: ..." on
+ * stderr, and abort()s there if QSM_DEBUG_ABORT is set (see qsm(7)).
  */
 void qsm_sim_free(struct qsm_sim *sim);
 
