@@ -52,6 +52,11 @@ struct qsm_state_handlers {
 	qsm_handler_fn on_event;    /* every event that has an edge here, before exit */
 };
 
+/*
+ * Taken from the first class up the super chain that sets max_send_wr or max_recv_wr.
+ * max_inline_data goes as is into the real fabric's rdma_create_qp() caps (the device may
+ * refuse it); the sim ignores it, and no post sends inline: there is no inline flag.
+ */
 struct qsm_qp_caps {
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 };

@@ -54,7 +54,7 @@ struct qsm_wc {
 	uint32_t byte_len;           /* receives: bytes that arrived */
 };
 
-/* Flags of the post calls. */
+/* Flags of the post calls; any other bit is -EINVAL (there is no inline flag). */
 #define QSM_POST_SIGNALED 1          /* a completion even on success (sends, writes, reads) */
 
 /*
@@ -88,8 +88,11 @@ int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_
 int qsm_pool_dereg(struct qsm_pool *pool);
 
 /*
- * Work requests on the queue's QP.  Possible from CONNECTING (receives) or CONNECTED
- * (sends) until the QP is destroyed; -ENOTCONN otherwise, -EINVAL for bad arguments.
+ * Work requests on the queue's QP.  Receives from the class's qp_ready handler on (the QP
+ * is in INIT), sends, writes and reads once the QP is RTS: from CONNECTED on, and for a
+ * passive queue from ACCEPTING on (the accept moved the QP to RTS; see
+ * qsm_conn_post_send(3) for what a send before ESTABLISHED meets on the wire).
+ * -ENOTCONN without a QP or once the drain started, -EINVAL for bad arguments.
  * Every receive and every signaled send/write/read comes back as one call of the class's
  * `completion` handler, inside qsm_ctx_dispatch(); after the QP went to ERR they complete
  * with QSM_WC_WR_FLUSH_ERR, and a queue that is destroyed gets none.

@@ -63,7 +63,8 @@ enum qsm_event {
 	QSM_EV_QP_TO_SQD = 76,
 	QSM_EV_QP_TO_ERR = 77,
 
-	/* device monitor (DEVICE_REMOVAL above is also delivered in the gap) */
+	/* device monitor (DEVICE_REMOVAL above is also delivered in the gap).  DEVICE_ADDED goes
+	 * only to active queues in RECONNECT_WAIT and listeners in RELISTEN_WAIT, any device. */
 	QSM_EV_DEVICE_ADDED = 80,
 
 	/* handler outcome: a handler returned non-zero */
