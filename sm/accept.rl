@@ -7,10 +7,12 @@
 	alphtype int;
 	import "events.h";
 
-	action notify_request { QSM_SM_ACT(QSM_ACT_NOTIFY_REQUEST); }
+	action create_qp      { QSM_SM_ACT(QSM_ACT_CREATE_QP); }
+	action qp_ready       { QSM_SM_ACT(QSM_ACT_QP_READY); }
 	action accept         { QSM_SM_ACT(QSM_ACT_ACCEPT); }
+	action qp_to_rtr      { QSM_SM_ACT(QSM_ACT_QP_TO_RTR); }
+	action qp_to_rts      { QSM_SM_ACT(QSM_ACT_QP_TO_RTS); }
 	action reject         { QSM_SM_ACT(QSM_ACT_REJECT); }
-	action establish      { QSM_SM_ACT(QSM_ACT_ESTABLISH); }
 	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
 	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
 	action release_device { QSM_SM_ACT(QSM_ACT_RELEASE_DEVICE); }
@@ -33,22 +35,25 @@
 
 	main := (
 	start:
+	# REQUESTED.enter is the request handler: it accepts or rejects.
 	New: (
-		QSM_EV_CONNECT_REQUEST              @notify_request               -> Requested |
+		QSM_EV_CONNECT_REQUEST                                            -> Requested |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
 	) >~NEW,
 
 	# Undecided requests are rejected, never left to time out at the peer.
 	Requested: (
-		QSM_EV_ACCEPT                       @accept                       -> Accepting |
+		# rdma_accept moves the QP through RTR to RTS before it answers the peer.
+		QSM_EV_ACCEPT                       @create_qp @qp_ready @accept @qp_to_rtr @qp_to_rts
+		                                                                  -> Accepting |
 		( QSM_EV_REJECT | QSM_EV_TIMEOUT | QSM_EV_DISCONNECT | gone )
 		                                    @reject @release_all          -> Closed |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed
 	) >~REQUESTED,
 
 	Accepting: (
-		QSM_EV_ESTABLISHED                  @establish                    -> Connected |
+		QSM_EV_ESTABLISHED                                                -> Connected |
 		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED | QSM_EV_TIMEOUT )
 		                                    @release_all                  -> Closed |
 		( QSM_EV_DISCONNECTED | qp_error )
@@ -118,6 +123,17 @@ static const char *const accept_state_names[] = {
 	[QSM_ACCEPT_CLOSED] = "CLOSED",
 };
 
+/* Beside the states: what each does besides its edges (src/sm.h, qsm_machine_state_info(3)).
+ * Work requests may be posted wherever the QP exists and the state does not drain. */
+static const struct qsm_state_facts accept_facts[QSM_ACCEPT_STATE_COUNT] = {
+	[QSM_ACCEPT_REQUESTED]     = { .timeout = QSM_STEP_REQUEST, .teardown = QSM_TEARDOWN_REJECT },
+	[QSM_ACCEPT_ACCEPTING]     = { .timeout = QSM_STEP_CONNECT },
+	[QSM_ACCEPT_CONNECTED]     = { .timeout = QSM_STEP_HANDSHAKE },
+	[QSM_ACCEPT_LIVE]          = { 0 },
+	[QSM_ACCEPT_DISCONNECTING] = { .timeout = QSM_STEP_DISCONNECT },
+	[QSM_ACCEPT_DRAINING]      = { .timeout = QSM_STEP_DRAIN,      .drains = true },
+};
+
 const struct qsm_sm qsm_sm_accept = {
 	.id = QSM_MACHINE_ACCEPT,
 	.name = "accept",
@@ -125,6 +141,7 @@ const struct qsm_sm qsm_sm_accept = {
 	.start_state = QSM_ACCEPT_NEW,
 	.final_state = QSM_ACCEPT_CLOSED,
 	.state_names = accept_state_names,
+	.facts = accept_facts,
 	.start_cs = accept_start,
 	.error_cs = accept_error,
 	.exec = accept_exec,

@@ -10,10 +10,14 @@
 	# What an edge does (enum qsm_action; the runtime carries it out).
 	action resolve_addr   { QSM_SM_ACT(QSM_ACT_RESOLVE_ADDR); }
 	action resolve_route  { QSM_SM_ACT(QSM_ACT_RESOLVE_ROUTE); }
+	action create_qp      { QSM_SM_ACT(QSM_ACT_CREATE_QP); }
+	action qp_ready       { QSM_SM_ACT(QSM_ACT_QP_READY); }
 	action connect        { QSM_SM_ACT(QSM_ACT_CONNECT); }
-	action establish      { QSM_SM_ACT(QSM_ACT_ESTABLISH); }
+	action qp_to_rtr      { QSM_SM_ACT(QSM_ACT_QP_TO_RTR); }
+	action qp_to_rts      { QSM_SM_ACT(QSM_ACT_QP_TO_RTS); }
 	action reset_backoff  { QSM_SM_ACT(QSM_ACT_RESET_BACKOFF); }
 	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
+	action mark_lost      { QSM_SM_ACT(QSM_ACT_MARK_LOST); }
 	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
 	action release_id     { QSM_SM_ACT(QSM_ACT_RELEASE_ID); }
 	action arm_retry      { QSM_SM_ACT(QSM_ACT_ARM_RETRY); }
@@ -58,7 +62,7 @@
 	) >~ADDR_RESOLVING,
 
 	RouteResolving: (
-		QSM_EV_ROUTE_RESOLVED               @connect                      -> Connecting |
+		QSM_EV_ROUTE_RESOLVED               @create_qp @qp_ready @connect -> Connecting |
 		( QSM_EV_ROUTE_ERROR | QSM_EV_ADDR_CHANGE | QSM_EV_TIMEOUT )
 		                                    @release_id @arm_retry        -> ReconnectWait |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
@@ -66,7 +70,8 @@
 	) >~ROUTE_RESOLVING,
 
 	Connecting: (
-		QSM_EV_ESTABLISHED                  @establish                    -> Connected |
+		QSM_EV_ESTABLISHED                  @qp_to_rtr @qp_to_rts @reset_backoff
+		                                                                  -> Connected |
 		( QSM_EV_REJECTED | QSM_EV_UNREACHABLE | QSM_EV_CONNECT_ERROR |
 		  QSM_EV_ADDR_CHANGE | qp_error | QSM_EV_TIMEOUT )
 		                                    @release_id @arm_retry        -> ReconnectWait |
@@ -76,14 +81,14 @@
 
 	Connected: (
 		QSM_EV_READY                                                      -> Live |
-		( lost | QSM_EV_TIMEOUT )           @start_drain                  -> Draining |
+		( lost | QSM_EV_TIMEOUT )           @mark_lost @start_drain       -> Draining |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		gone                                @release_all                  -> Closed
 	) >~CONNECTED,
 
 	Live: (
-		lost                                @start_drain                  -> Draining |
+		lost                                @mark_lost @start_drain       -> Draining |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		gone                                @release_all                  -> Closed
@@ -160,6 +165,19 @@ static const char *const cm_id_state_names[] = {
 	[QSM_CM_CLOSED] = "CLOSED",
 };
 
+/* Beside the states: what each does besides its edges (src/sm.h, qsm_machine_state_info(3)).
+ * A step timeout is armed on arrival; its expiry is the TIMEOUT event of the edges above. */
+static const struct qsm_state_facts cm_id_facts[QSM_CM_STATE_COUNT] = {
+	[QSM_CM_ADDR_RESOLVING]  = { .timeout = QSM_STEP_RESOLVE },
+	[QSM_CM_ROUTE_RESOLVING] = { .timeout = QSM_STEP_RESOLVE },
+	[QSM_CM_CONNECTING]      = { .timeout = QSM_STEP_CONNECT },
+	[QSM_CM_CONNECTED]       = { .timeout = QSM_STEP_HANDSHAKE },
+	[QSM_CM_LIVE]            = { 0 },
+	[QSM_CM_DISCONNECTING]   = { .timeout = QSM_STEP_DISCONNECT },
+	[QSM_CM_DRAINING]        = { .timeout = QSM_STEP_DRAIN,      .drains = true },
+	[QSM_CM_CLOSING]         = { .timeout = QSM_STEP_DRAIN,      .drains = true },
+};
+
 const struct qsm_sm qsm_sm_cm_id = {
 	.id = QSM_MACHINE_CM_ID,
 	.name = "cm_id",
@@ -167,6 +185,7 @@ const struct qsm_sm qsm_sm_cm_id = {
 	.start_state = QSM_CM_IDLE,
 	.final_state = QSM_CM_CLOSED,
 	.state_names = cm_id_state_names,
+	.facts = cm_id_facts,
 	.start_cs = cm_id_start,
 	.error_cs = cm_id_error,
 	.exec = cm_id_exec,

@@ -65,6 +65,9 @@ static const char *const listener_state_names[] = {
 	[QSM_LISTENER_CLOSED] = "CLOSED",
 };
 
+/* Beside the states: none arms a step timeout or carries work requests of its own. */
+static const struct qsm_state_facts listener_facts[QSM_LISTENER_STATE_COUNT] = { { 0 } };
+
 const struct qsm_sm qsm_sm_listener = {
 	.id = QSM_MACHINE_LISTENER,
 	.name = "listener",
@@ -72,6 +75,7 @@ const struct qsm_sm qsm_sm_listener = {
 	.start_state = QSM_LISTENER_IDLE,
 	.final_state = QSM_LISTENER_CLOSED,
 	.state_names = listener_state_names,
+	.facts = listener_facts,
 	.start_cs = listener_start,
 	.error_cs = listener_error,
 	.exec = listener_exec,

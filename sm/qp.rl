@@ -106,6 +106,9 @@ static const char *const qp_state_names[] = {
 	[QSM_QP_DESTROYED] = "DESTROYED",
 };
 
+/* Beside the states: none arms a step timeout or carries work requests of its own. */
+static const struct qsm_state_facts qp_facts[QSM_QP_STATE_COUNT] = { { 0 } };
+
 const struct qsm_sm qsm_sm_qp = {
 	.id = QSM_MACHINE_QP,
 	.name = "qp",
@@ -113,6 +116,7 @@ const struct qsm_sm qsm_sm_qp = {
 	.start_state = QSM_QP_RESET,
 	.final_state = QSM_QP_DESTROYED,
 	.state_names = qp_state_names,
+	.facts = qp_facts,
 	.start_cs = qp_start,
 	.error_cs = qp_error,
 	.exec = qp_exec,

@@ -138,36 +138,32 @@ static void reset_backoff(struct qsm_conn *q)
 	q->lost_at_ns = 0;
 }
 
-/* The QP is there and nothing is sent yet: the ULP posts its receives now. */
-static void qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	call(q, q->vt->qp_ready, ev);
-}
-
-static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
+/*
+ * One action of an edge.  0: go on with the edge's next action; < 0: this one failed (its
+ * failure is queued as the event an asynchronous failure would be) or a handler refused, and
+ * the rest of the edge's actions are skipped: nothing is sent on a QP that is not there.
+ */
+static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	const struct qsm_fabric_ops *ops = ctx->ops;
-	int r;
+	bool was_dead = q->dead;
+	int r = 0, fail_ev = 0;
 
 	switch (a) {
 	case QSM_ACT_RESOLVE_ADDR:
 		release_id(q);
 		r = ops->create_id(ctx->fabric, &q->obj, &q->id);
-		if (r < 0) {
-			q->id = NULL;
-			feed_back(q, QSM_EV_ADDR_ERROR, r);
-			break;
-		}
-		r = ops->resolve_addr(q->id, q->has_src ? &q->src.sa : NULL, &q->dst.sa,
-				      (int)ms_or(q->timeouts.resolve_ms, 2000));
 		if (r < 0)
-			feed_back(q, QSM_EV_ADDR_ERROR, r);
+			q->id = NULL;
+		else
+			r = ops->resolve_addr(q->id, q->has_src ? &q->src.sa : NULL, &q->dst.sa,
+					      (int)ms_or(q->timeouts.resolve_ms, 2000));
+		fail_ev = QSM_EV_ADDR_ERROR;
 		break;
 	case QSM_ACT_RESOLVE_ROUTE: {
 		struct qsm_fdev *d = ops->id_device(q->id);
 
-		r = 0;
 		if (d && (!q->dev || q->dev->fdev != d)) {
 			/* another device now: what was registered on the old one goes */
 			qsm_conn_release_mrs(q, false);
@@ -177,38 +173,34 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		/* no registry entry (no sentinel, no memory): this attempt cannot work, retry */
 		if (r == 0)
 			r = ops->resolve_route(q->id, (int)ms_or(q->timeouts.resolve_ms, 2000));
-		if (r < 0)
-			feed_back(q, QSM_EV_ROUTE_ERROR, r);
+		fail_ev = QSM_EV_ROUTE_ERROR;
 		break;
 	}
-	case QSM_ACT_CONNECT:
+	case QSM_ACT_CREATE_QP:
 		r = create_qp(q);
-		if (r == 0 && (qp_ready(q, ev), q->dead))
-			break; /* the handler refused: ABORT follows, nothing is sent */
-		if (r == 0)
-			r = ops->connect(q->id, q->pdata, q->pdata_len);
-		if (r < 0)
-			feed_back(q, QSM_EV_CONNECT_ERROR, r);
+		fail_ev = QSM_EV_CONNECT_ERROR;
+		break;
+	case QSM_ACT_QP_READY:
+		/* the QP is there and nothing is sent yet: the ULP posts its receives now */
+		call(q, q->vt->qp_ready, ev);
+		break;
+	case QSM_ACT_CONNECT:
+		r = ops->connect(q->id, q->pdata, q->pdata_len);
+		fail_ev = QSM_EV_CONNECT_ERROR;
 		break;
 	case QSM_ACT_ACCEPT:
-		r = create_qp(q);
-		if (r == 0 && (qp_ready(q, ev), q->dead))
-			break;
-		if (r == 0)
-			r = ops->accept(q->id, q->pdata, q->pdata_len);
-		if (r == 0)
-			qp_feed(q, QSM_EV_QP_TO_RTR), qp_feed(q, QSM_EV_QP_TO_RTS);
-		else
-			feed_back(q, QSM_EV_CONNECT_ERROR, r);
+		r = ops->accept(q->id, q->pdata, q->pdata_len);
+		fail_ev = QSM_EV_CONNECT_ERROR;
+		break;
+	case QSM_ACT_QP_TO_RTR:
+		qp_feed(q, QSM_EV_QP_TO_RTR);
+		break;
+	case QSM_ACT_QP_TO_RTS:
+		qp_feed(q, QSM_EV_QP_TO_RTS);
 		break;
 	case QSM_ACT_REJECT:
 		if (q->id)
 			ops->reject(q->id, q->pdata, q->pdata_len);
-		break;
-	case QSM_ACT_ESTABLISH:
-		if (!q->passive)
-			qp_feed(q, QSM_EV_QP_TO_RTR), qp_feed(q, QSM_EV_QP_TO_RTS);
-		reset_backoff(q);
 		break;
 	case QSM_ACT_RESET_BACKOFF:
 		reset_backoff(q);
@@ -216,18 +208,18 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 	case QSM_ACT_DISCONNECT:
 		r = ops->disconnect(q->id);
 		qp_feed(q, QSM_EV_QP_TO_ERR);
-		if (r < 0)
-			feed_back(q, QSM_EV_DISCONNECTED, r);
+		fail_ev = QSM_EV_DISCONNECTED;
+		break;
+	case QSM_ACT_MARK_LOST:
+		if (!q->lost_at_ns)
+			q->lost_at_ns = qsm_now(ctx);
 		break;
 	case QSM_ACT_START_DRAIN:
-		if (!q->passive && !q->lost_at_ns)
-			q->lost_at_ns = qsm_now(ctx);
 		/* The peer may already be gone: a failed DREQ does not stop the drain. */
 		ops->disconnect(q->id);
 		r = q->has_qp ? ops->drain(q->id) : -ENOENT;
 		qp_feed(q, QSM_EV_QP_TO_ERR);
-		if (r < 0)
-			feed_back(q, QSM_EV_DRAINED, r);
+		fail_ev = QSM_EV_DRAINED;
 		break;
 	case QSM_ACT_RELEASE_ID:
 		release_id(q);
@@ -252,40 +244,35 @@ static void run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_e
 		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
 		break;
-	case QSM_ACT_NOTIFY_REQUEST:
-		break; /* the REQUESTED.enter handler is the request handler */
 	case QSM_ACT_SPAWN_PASSIVE:
 	case QSM_ACT_RELEASE_LISTEN_ID:
 	case QSM_ACT_TRY_LISTEN:
-		break; /* listener actions: never on a queue's edge */
+		break; /* listener actions: no queue machine names them */
 	}
+	if (r < 0) {
+		feed_back(q, fail_ev, r);
+		return r;
+	}
+	/* a handler refused (or destroyed its queue) in this action: ABORT or DESTROY follows */
+	return q->dead && !was_dead ? -ECANCELED : 0;
 }
 
-/* Per-state timeouts, armed on arrival, cancelled on leaving. */
+/* Per-state step timeouts (the machine names which, sm/\*.rl), armed on arrival. */
 static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
 {
 	const struct qsm_timeouts *t = &q->timeouts;
 
-	if (q->passive) {
-		switch (s) {
-		case QSM_ACCEPT_REQUESTED: return ms_or(t->request_ms, 5000);
-		case QSM_ACCEPT_ACCEPTING: return ms_or(t->connect_ms, 5000);
-		case QSM_ACCEPT_CONNECTED: return t->handshake_ms;
-		case QSM_ACCEPT_DISCONNECTING: return ms_or(t->disconnect_ms, 2000);
-		case QSM_ACCEPT_DRAINING: return ms_or(t->drain_ms, 2000);
-		default: return 0;
-		}
+	switch ((enum qsm_step_timeout)q->sm->facts[s].timeout) {
+	case QSM_STEP_NONE: return 0;
+	case QSM_STEP_RESOLVE: return ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
+	case QSM_STEP_CONNECT: return ms_or(t->connect_ms, 5000);
+	case QSM_STEP_REQUEST: return ms_or(t->request_ms, 5000);
+	case QSM_STEP_HANDSHAKE: return t->handshake_ms;
+	case QSM_STEP_DISCONNECT: return ms_or(t->disconnect_ms, 2000);
+	case QSM_STEP_DRAIN: return ms_or(t->drain_ms, 2000);
+	case QSM_STEP_COUNT: break;
 	}
-	switch (s) {
-	case QSM_CM_ADDR_RESOLVING:
-	case QSM_CM_ROUTE_RESOLVING: return ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
-	case QSM_CM_CONNECTING: return ms_or(t->connect_ms, 5000);
-	case QSM_CM_CONNECTED: return t->handshake_ms;
-	case QSM_CM_DISCONNECTING: return ms_or(t->disconnect_ms, 2000);
-	case QSM_CM_DRAINING:
-	case QSM_CM_CLOSING: return ms_or(t->drain_ms, 2000);
-	default: return 0;
-	}
+	return 0;
 }
 
 /* Last step of a queue: off every list; memory goes when no queued event points here. */
@@ -334,7 +321,8 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		qsm_timer_cancel(ctx, &q->timer);
 	}
 	for (unsigned int i = 0; i < edge.nactions; i++)
-		run_action(q, edge.actions[i], &info);
+		if (run_action(q, edge.actions[i], &info) < 0)
+			break;
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 		  state_name(q, edge.target), status);
 	q->state = (uint8_t)edge.target;
@@ -560,7 +548,7 @@ int qsm_conn_destroy(struct qsm_conn *q)
 void qsm_conn_teardown(struct qsm_conn *q)
 {
 	q->dead = true;
-	if (q->passive && q->state == QSM_ACCEPT_REQUESTED && q->id)
+	if (q->sm->facts[q->state].teardown == QSM_TEARDOWN_REJECT && q->id)
 		q->ctx->ops->reject(q->id, NULL, 0);
 	conn_close(q);
 	if (!q->obj.refs)

@@ -443,6 +443,12 @@ uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 /* ---- dispatch ---- */
 
 /* Copy one fabric event into the FIFO, addressed to whoever must see it. */
+/* Who hears DEVICE_ADDED: whoever's machine has an edge for it where it is now. */
+static bool waits_for_device(enum qsm_machine m, int state)
+{
+	return qsm_machine_next(m, state, QSM_EV_DEVICE_ADDED, NULL) >= 0;
+}
+
 static int take_fabric_event(struct qsm_ctx *ctx)
 {
 	struct qsm_fabric_event ev;
@@ -467,13 +473,13 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 			for (n = ctx->conns.next; n != &ctx->conns; n = n->next) {
 				struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, node);
 
-				if (!q->passive && !q->dead && q->state == QSM_CM_RECONNECT_WAIT)
+				if (!q->dead && waits_for_device(q->sm->id, q->state))
 					qsm_post(ctx, &q->obj, QSM_EV_DEVICE_ADDED, 0);
 			}
 			for (n = ctx->listeners.next; n != &ctx->listeners; n = n->next) {
 				struct qsm_listener *l = qsm_container_of(n, struct qsm_listener, node);
 
-				if (l->state == QSM_LISTENER_RELISTEN_WAIT)
+				if (waits_for_device(QSM_MACHINE_LISTENER, l->state))
 					qsm_post(ctx, &l->obj, QSM_EV_DEVICE_ADDED, 0);
 			}
 			return 0;

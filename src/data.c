@@ -100,12 +100,10 @@ int qsm_mr_valid(const struct qsm_mr *mr)
 }
 
 /* Once the drain marker is posted, a new WR would complete after DRAINED, when the QP is
- * already gone: refuse it, the buffer stays the ULP's. */
+ * already gone: refuse it, the buffer stays the ULP's.  The machine says which states drain. */
 static bool draining(const struct qsm_conn *q)
 {
-	if (q->passive)
-		return q->state == QSM_ACCEPT_DRAINING;
-	return q->state == QSM_CM_DRAINING || q->state == QSM_CM_CLOSING;
+	return q->sm->facts[q->state].drains;
 }
 
 /* ---- pools: one registration per device of the registry ---- */

@@ -35,22 +35,25 @@ static const char *const event_names[QSM_EV_LIMIT] = {
 static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_RESOLVE_ADDR] = "resolve_addr",
 	[QSM_ACT_RESOLVE_ROUTE] = "resolve_route",
+	[QSM_ACT_CREATE_QP] = "create_qp",
+	[QSM_ACT_QP_READY] = "qp_ready",
 	[QSM_ACT_CONNECT] = "connect",
-	[QSM_ACT_ESTABLISH] = "establish",
+	[QSM_ACT_QP_TO_RTR] = "qp_to_rtr",
+	[QSM_ACT_QP_TO_RTS] = "qp_to_rts",
 	[QSM_ACT_DISCONNECT] = "disconnect",
+	[QSM_ACT_MARK_LOST] = "mark_lost",
 	[QSM_ACT_START_DRAIN] = "start_drain",
 	[QSM_ACT_RELEASE_ID] = "release_id",
 	[QSM_ACT_ARM_RETRY] = "arm_retry",
 	[QSM_ACT_RETRY_NOW] = "retry_now",
 	[QSM_ACT_RELEASE_DEVICE] = "release_device",
 	[QSM_ACT_RELEASE_ALL] = "release_all",
-	[QSM_ACT_NOTIFY_REQUEST] = "notify_request",
 	[QSM_ACT_ACCEPT] = "accept",
 	[QSM_ACT_REJECT] = "reject",
+	[QSM_ACT_RESET_BACKOFF] = "reset_backoff",
 	[QSM_ACT_SPAWN_PASSIVE] = "spawn_passive",
 	[QSM_ACT_RELEASE_LISTEN_ID] = "release_listen_id",
 	[QSM_ACT_TRY_LISTEN] = "try_listen",
-	[QSM_ACT_RESET_BACKOFF] = "reset_backoff",
 };
 
 const char *qsm_event_name(int event)
@@ -196,4 +199,30 @@ int qsm_machine_next(enum qsm_machine m, int state, int event, struct qsm_edge *
 	if (r < 0)
 		return r;
 	return (edge ? edge : &scratch)->target;
+}
+
+/* The struct qsm_timeouts field each step timeout reads (enum qsm_step_timeout). */
+static const char *const step_timeout_names[QSM_STEP_COUNT] = {
+	[QSM_STEP_RESOLVE] = "resolve_ms",
+	[QSM_STEP_CONNECT] = "connect_ms",
+	[QSM_STEP_REQUEST] = "request_ms",
+	[QSM_STEP_HANDSHAKE] = "handshake_ms",
+	[QSM_STEP_DISCONNECT] = "disconnect_ms",
+	[QSM_STEP_DRAIN] = "drain_ms",
+};
+
+int qsm_machine_state_info(enum qsm_machine m, int state, struct qsm_state_info *info)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+	const struct qsm_state_facts *f;
+
+	if (!sm || !info || state < 0 || state >= sm->nstates)
+		return -EINVAL;
+	f = &sm->facts[state];
+	*info = (struct qsm_state_info){
+		.timeout = step_timeout_names[f->timeout],
+		.drains = f->drains,
+		.rejects_on_teardown = f->teardown == QSM_TEARDOWN_REJECT,
+	};
+	return 0;
 }

@@ -4,7 +4,34 @@
 #define QSM_SM_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <qsm/machine.h>
+
+/* Which step timeout a state arms on arrival (struct qsm_timeouts names the fields). */
+enum qsm_step_timeout {
+	QSM_STEP_NONE = 0,      /* the state waits as long as it takes */
+	QSM_STEP_RESOLVE,       /* resolve_ms (+1 s: the fabric's own timer fires first) */
+	QSM_STEP_CONNECT,       /* connect_ms */
+	QSM_STEP_REQUEST,       /* request_ms: a passive queue's handler must decide */
+	QSM_STEP_HANDSHAKE,     /* handshake_ms: 0 means none */
+	QSM_STEP_DISCONNECT,    /* disconnect_ms */
+	QSM_STEP_DRAIN,         /* drain_ms */
+	QSM_STEP_COUNT
+};
+
+/* What a queue being torn down with its ctx does in this state, besides releasing. */
+enum qsm_teardown {
+	QSM_TEARDOWN_RELEASE = 0,
+	QSM_TEARDOWN_REJECT,    /* an undecided request: reject it, never leave the peer waiting */
+};
+
+/* What the runtime knows of a state, declared beside the states in sm/\*.rl. */
+struct qsm_state_facts {
+	unsigned char timeout;  /* enum qsm_step_timeout */
+	unsigned char teardown; /* enum qsm_teardown */
+	bool drains;            /* the drain marker is posted: a new WR would outlive the QP, so
+	                           posts are refused (elsewhere they go wherever the QP exists) */
+};
 
 struct qsm_sm {
 	enum qsm_machine id;
@@ -13,6 +40,7 @@ struct qsm_sm {
 	int start_state;
 	int final_state;
 	const char *const *state_names;
+	const struct qsm_state_facts *facts;    /* [nstates] */
 	int start_cs;
 	int error_cs;
 	/* Feed one event from Ragel state *cs.  On an edge: 0, *cs updated, edge filled.

@@ -54,9 +54,35 @@ static int draw(enum qsm_machine m)
 	printf("\tedge [fontname=\"Helvetica\", fontsize=9];\n");
 	printf("\t__start [shape=point, label=\"\"];\n");
 	printf("\t__start -> %s;\n", qsm_state_name(m, qsm_machine_start_state(m)));
-	for (int s = 0; s < nstates; s++)
-		printf("\t%s%s;\n", qsm_state_name(m, s),
-		       qsm_machine_is_final(m, s) == 1 ? " [peripheries=2]" : "");
+	for (int s = 0; s < nstates; s++) {
+		struct qsm_state_info info;
+		char label[256] = "";
+
+		/* what the state does besides its edges: the machine's own declaration */
+		qsm_machine_state_info(m, s, &info);
+		if (info.timeout) {
+			append(label, sizeof(label), "\\ntimer: ");
+			append(label, sizeof(label), info.timeout);
+		}
+		if (info.drains)
+			append(label, sizeof(label), "\\ndrains: posts refused");
+		if (info.rejects_on_teardown)
+			append(label, sizeof(label), "\\nctx teardown: rejects");
+		printf("\t%s", qsm_state_name(m, s));
+		if (label[0] || qsm_machine_is_final(m, s) == 1) {
+			const char *sep = "";
+
+			printf(" [");
+			if (label[0]) {
+				printf("label=\"%s%s\"", qsm_state_name(m, s), label);
+				sep = ", ";
+			}
+			if (qsm_machine_is_final(m, s) == 1)
+				printf("%speripheries=2", sep);
+			printf("]");
+		}
+		printf(";\n");
+	}
 
 	for (int s = 0; s < nstates; s++) {
 		for (int ev = 1; ev < QSM_EV_LIMIT; ev++) {
@@ -82,6 +108,16 @@ static int draw(enum qsm_machine m)
 				append(groups[g].label, sizeof(groups[g].label), "\\n");
 			}
 			append(groups[g].label, sizeof(groups[g].label), qsm_event_name(ev));
+			if (ev == QSM_EV_TIMEOUT) {
+				struct qsm_state_info info;
+
+				/* which timer: the one the source state armed on arrival */
+				if (qsm_machine_state_info(m, s, &info) == 0 && info.timeout) {
+					append(groups[g].label, sizeof(groups[g].label), " (");
+					append(groups[g].label, sizeof(groups[g].label), info.timeout);
+					append(groups[g].label, sizeof(groups[g].label), ")");
+				}
+			}
 		}
 	}
 

@@ -69,31 +69,35 @@ enum qsm_qp_state {
 };
 #define QSM_QP_STATE_COUNT 8
 
-/* What the runtime does on an edge (the .rl actions). */
+/* What the runtime does on an edge (the .rl actions).  Each action does one thing; the ones
+ * that change the QP drive the QP machine (sm/qp.rl) with one event each, as listed. */
 enum qsm_action {
 	QSM_ACT_RESOLVE_ADDR = 1,   /* create the cm_id, rdma_resolve_addr */
 	QSM_ACT_RESOLVE_ROUTE,      /* rdma_resolve_route */
-	QSM_ACT_CONNECT,            /* create the QP, rdma_connect */
-	QSM_ACT_ESTABLISH,          /* QP is RTS; reset the reconnect backoff */
-	QSM_ACT_DISCONNECT,         /* rdma_disconnect (DREQ), arm the timeout */
-	QSM_ACT_START_DRAIN,        /* QP to ERR, post the drain marker */
-	QSM_ACT_RELEASE_ID,         /* destroy the QP and the cm_id */
+	QSM_ACT_CREATE_QP,          /* create the QP (QP: QP_TO_INIT, as rdma_create_qp does) */
+	QSM_ACT_QP_READY,           /* the class's qp_ready handler: post receives before the peer sends */
+	QSM_ACT_CONNECT,            /* rdma_connect with the ULP's private data */
+	QSM_ACT_QP_TO_RTR,          /* the CM moved the QP to RTR (QP: QP_TO_RTR) */
+	QSM_ACT_QP_TO_RTS,          /* the CM moved the QP to RTS (QP: QP_TO_RTS) */
+	QSM_ACT_DISCONNECT,         /* rdma_disconnect (DREQ) (QP: QP_TO_ERR) */
+	QSM_ACT_MARK_LOST,          /* remember when the connection was lost (loss_timeout_ms) */
+	QSM_ACT_START_DRAIN,        /* QP to ERR, post the drain marker (QP: QP_TO_ERR) */
+	QSM_ACT_RELEASE_ID,         /* destroy the QP and the cm_id (QP: DESTROY) */
 	QSM_ACT_ARM_RETRY,          /* next reconnect attempt, or GIVE_UP */
 	QSM_ACT_RETRY_NOW,          /* a device came back: retry without waiting */
 	QSM_ACT_RELEASE_DEVICE,     /* device gone: device_removed, drop all on it */
-	QSM_ACT_RELEASE_ALL,        /* final teardown */
-	QSM_ACT_NOTIFY_REQUEST,     /* run the request handler (accept or reject) */
-	QSM_ACT_ACCEPT,             /* create the QP, rdma_accept */
+	QSM_ACT_RELEASE_ALL,        /* final teardown (QP: DESTROY) */
+	QSM_ACT_ACCEPT,             /* rdma_accept with the ULP's private data */
 	QSM_ACT_REJECT,             /* rdma_reject with the ULP's reason */
+	QSM_ACT_RESET_BACKOFF,      /* a fresh reconnect policy: attempts and delay from zero */
 	QSM_ACT_SPAWN_PASSIVE,      /* listener: make a passive queue for the request */
 	QSM_ACT_RELEASE_LISTEN_ID,  /* listener: destroy the listening id */
 	QSM_ACT_TRY_LISTEN,         /* listener: bind + listen again, LISTEN on success */
-	QSM_ACT_RESET_BACKOFF,      /* a fresh reconnect policy: attempts and delay from zero */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_RESET_BACKOFF + 1)
+#define QSM_ACT_LIMIT (QSM_ACT_TRY_LISTEN + 1)
 
-/* At most this many actions on one edge. */
-#define QSM_EDGE_MAX_ACTIONS 4
+/* At most this many actions on one edge (the build refuses a .rl edge with more). */
+#define QSM_EDGE_MAX_ACTIONS 6
 
 struct qsm_edge {
 	int target;                                    /* state after the event */
@@ -107,6 +111,18 @@ int qsm_machine_start_state(enum qsm_machine m);     /* or -EINVAL */
 int qsm_machine_is_final(enum qsm_machine m, int state); /* 1, 0 or -EINVAL */
 const char *qsm_state_name(enum qsm_machine m, int state); /* "LIVE", or NULL */
 const char *qsm_action_name(enum qsm_action a);      /* "start_drain", or NULL */
+
+/* What a state does besides its edges, as its machine declares it (sm/\*.rl). */
+struct qsm_state_info {
+	const char *timeout;        /* the struct qsm_timeouts field armed on arrival, e.g.
+	                               "connect_ms" (its expiry is the TIMEOUT event), or NULL */
+	int drains;                 /* 1: the drain marker is posted, new work requests are
+	                               refused (elsewhere they may be posted while the QP exists) */
+	int rejects_on_teardown;    /* 1: a ctx torn down here rejects the pending request */
+};
+
+/* Fills @info for @state of @m: 0, or -EINVAL for an unknown machine or state, or NULL @info. */
+int qsm_machine_state_info(enum qsm_machine m, int state, struct qsm_state_info *info);
 
 /*
  * What event @event does in state @state of machine @m, without side effects.
