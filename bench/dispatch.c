@@ -12,7 +12,7 @@
 
 #include <qsm/ctx.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 
 /*
  * The stream: every queue goes round one reconnect cycle after another, queues interleaved

@@ -1,5 +1,5 @@
 /* rdma-qsm internal: the runtime's objects (ctx, queues, listeners, devices, timers)
- * shared by ctx.c, conn.c, listener.c and device.c. */
+ * shared by core/ctx.c, queue/conn.c, listener.c and registry/device.c. */
 #ifndef QSM_RUNTIME_H
 #define QSM_RUNTIME_H
 
@@ -9,7 +9,7 @@
 
 #include <qsm/ctx.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 #include "list.h"
 #include "sm.h"
 
@@ -69,12 +69,10 @@ struct qsm_conn {
 	struct qsm_ctx *ctx;
 	const struct qsm_class *cls;
 	const struct qsm_vtable *vt;
-	int cs;                     /* Ragel's number for `state` */
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
 	uint8_t state;
-	uint8_t qp_state;
+	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */
 	bool passive;
-	bool has_qp;
 	bool dead;                  /* destroyed or aborted: no callback ever again */
 	bool abort_pending;
 	bool decided;               /* passive: accept or reject was called */
@@ -183,7 +181,7 @@ struct qsm_ctx {
 	uint64_t t0_ns;
 };
 
-/* ctx.c */
+/* core/ctx.c */
 uint64_t qsm_now(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
@@ -197,6 +195,12 @@ uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
 
 /* An event of an id its target has let go of since it was queued. */
+/* A queue has a QP unless its QP machine is in its final state (DESTROYED: none). */
+static inline bool qsm_conn_has_qp(const struct qsm_conn *q)
+{
+	return q->qp_state != qsm_sm_qp.final_state;
+}
+
 static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_obj *o)
 {
 	return it->id && it->gen != o->id_gen;
@@ -210,7 +214,7 @@ static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *
 		qsm_trace_emit(ctx, kind, cls, serial, from, event, to, status);
 }
 
-/* conn.c */
+/* queue/conn.c */
 void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it);
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_free(struct qsm_conn *q);

@@ -1,4 +1,4 @@
-/* rdma-qsm: the pieces of the rdmacm fabric (src/fabric_rdmacm.c) that need no RDMA device,
+/* rdma-qsm: the pieces of the rdmacm fabric (src/fabric/rdmacm/rdmacm.c) that need no RDMA device,
  * tested alone: how rdma_cm's events are named, and the queue that must never lose a completion. */
 #include <check.h>
 #include <errno.h>
@@ -11,8 +11,8 @@
 
 #include <qsm/events.h>
 
-#include "cm_event.h"
-#include "fabric_pending.h"
+#include "fabric/rdmacm/cm_event.h"
+#include "fabric/rdmacm/pending.h"
 
 #include "check_main.h"
 

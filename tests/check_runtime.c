@@ -11,7 +11,7 @@
 #include <qsm/ctx.h>
 #include <qsm/sim.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 
 #include "check_main.h"
 

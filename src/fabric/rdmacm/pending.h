@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 #include "list.h"
 
 /*

@@ -243,7 +243,7 @@ static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const
 
 	if (!q || q->dead || (flags & ~QSM_POST_SIGNALED) || (r = check_sge(sge, nsge)) < 0)
 		return -EINVAL;
-	if (!q->id || !q->has_qp || draining(q))
+	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_send)
 		return -EOPNOTSUPP;
@@ -272,7 +272,7 @@ int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 {
 	if (!q || q->dead || check_sge(sge, nsge) < 0)
 		return -EINVAL;
-	if (!q->id || !q->has_qp || draining(q))
+	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_recv)
 		return -EOPNOTSUPP;

@@ -21,10 +21,10 @@
 
 #include <qsm/rdmacm.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 #include "addr.h"
-#include "cm_event.h"
-#include "fabric_pending.h"
+#include "fabric/rdmacm/cm_event.h"
+#include "fabric/rdmacm/pending.h"
 #include "list.h"
 
 #define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */

@@ -5,7 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "fabric_pending.h"
+#include "fabric/rdmacm/pending.h"
 
 /* Ctxs on other threads allocate too: relaxed atomics keep the test hook race-free. */
 static unsigned fail_allocs;

@@ -4,7 +4,7 @@
 
 #include <qsm/events.h>
 
-#include "cm_event.h"
+#include "fabric/rdmacm/cm_event.h"
 
 int qsm_cm_event_map(int raw)
 {

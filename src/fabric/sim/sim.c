@@ -17,7 +17,7 @@
 #include <qsm/sim.h>
 
 #include "argcheck.h"
-#include "fabric.h"
+#include "fabric/fabric.h"
 #include "addr.h"
 #include "list.h"
 

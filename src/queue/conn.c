@@ -27,13 +27,11 @@ static void qp_feed(struct qsm_conn *q, int event)
 	struct qsm_edge e;
 	int cs;
 
-	if (!q->has_qp)
+	if (!qsm_conn_has_qp(q))
 		return;
 	cs = qsm_sm_cs(&qsm_sm_qp, q->qp_state);
 	if (qsm_sm_qp.exec(&cs, event, &e) == 0)
 		q->qp_state = (uint8_t)e.target;
-	if (q->qp_state == QSM_QP_DESTROYED)
-		q->has_qp = false;
 }
 
 /* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
@@ -69,7 +67,7 @@ static void release_id(struct qsm_conn *q)
 	if (!q->id)
 		return;
 	qp_feed(q, QSM_EV_DESTROY);
-	q->has_qp = false;
+	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP, whatever the machine made of it */
 	q->ctx->ops->destroy_id(q->id);
 	q->obj.id_gen++;
 	q->id = NULL;
@@ -89,8 +87,7 @@ static int create_qp(struct qsm_conn *q)
 	r = q->ctx->ops->create_qp(q->id, &q->vt->qp);
 	if (r < 0)
 		return r;
-	q->has_qp = true;
-	q->qp_state = QSM_QP_RESET;
+	q->qp_state = (uint8_t)qsm_sm_qp.start_state;
 	qp_feed(q, QSM_EV_QP_TO_INIT);
 	return 0;
 }
@@ -217,7 +214,7 @@ static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_ev
 	case QSM_ACT_START_DRAIN:
 		/* The peer may already be gone: a failed DREQ does not stop the drain. */
 		ops->disconnect(q->id);
-		r = q->has_qp ? ops->drain(q->id) : -ENOENT;
+		r = qsm_conn_has_qp(q) ? ops->drain(q->id) : -ENOENT;
 		qp_feed(q, QSM_EV_QP_TO_ERR);
 		fail_ev = QSM_EV_DRAINED;
 		break;
@@ -300,7 +297,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
 	};
 	struct qsm_edge edge;
-	int cs = q->cs;
+	int cs = qsm_sm_cs(q->sm, q->state); /* one store: the state; Ragel's number from it */
 	bool moved;
 
 	ctx->counters.dispatched++;
@@ -326,7 +323,6 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 		  state_name(q, edge.target), status);
 	q->state = (uint8_t)edge.target;
-	q->cs = cs;
 	ctx->counters.transitions++;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
@@ -404,7 +400,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->passive = passive;
 	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
 	q->state = (uint8_t)q->sm->start_state;
-	q->cs = qsm_sm_cs(q->sm, q->state);
+	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
 	q->timer.heap_idx = UINT32_MAX;
 	q->timer.owner = &q->obj;
 	qsm_list_init(&q->dev_node);
@@ -594,7 +590,7 @@ int qsm_conn_qp_state(struct qsm_conn *q)
 {
 	if (!q)
 		return -EINVAL;
-	return q->has_qp ? q->qp_state : -ENOENT;
+	return qsm_conn_has_qp(q) ? q->qp_state : -ENOENT;
 }
 
 uint32_t qsm_conn_attempts(struct qsm_conn *q)
