@@ -1,55 +1,19 @@
 /* rdma-qsm: classes.  A slot a class leaves empty is looked up in its super class, ending
- * in qsm_base_class, whose handlers are the correct default for every edge. */
+ * in the base class its caller names (qsm_base_class, src/queue/base.c). */
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "runtime.h"
 
-/* No ULP handshake: a connection is usable as soon as it is established. */
-static int base_connected_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	(void)ev;
-	qsm_conn_ready(q);
-	return 0;
-}
-
-/* A ULP that does not look at requests accepts them. */
-static int base_requested_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	(void)ev;
-	qsm_conn_accept(q, NULL, 0);
-	return 0;
-}
-
-/* Counting and tracing are done by the runtime before this runs: nothing else to do. */
-static int base_unexpected(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	(void)q;
-	(void)ev;
-	return 0;
-}
-
-const struct qsm_class qsm_base_class = {
-	.name = "qsm_base",
-	.active = {
-		[QSM_CM_CONNECTED] = { .enter = base_connected_enter },
-	},
-	.passive = {
-		[QSM_ACCEPT_REQUESTED] = { .enter = base_requested_enter },
-		[QSM_ACCEPT_CONNECTED] = { .enter = base_connected_enter },
-	},
-	.unexpected = base_unexpected,
-};
-
 /* The next class to look in: the super, ending in the base class even if `super` is unset. */
-static const struct qsm_class *up(const struct qsm_class *k)
+static const struct qsm_class *up(const struct qsm_class *k, const struct qsm_class *base)
 {
-	return k->super ? k->super : (k == &qsm_base_class ? NULL : &qsm_base_class);
+	return k->super ? k->super : (k == base ? NULL : base);
 }
 
 /* The first non-empty `slot` from class c up to the base class. */
 #define RESOLVE(dst, c, slot) do { \
-		for (const struct qsm_class *k = (c); k && !(dst); k = up(k)) \
+		for (const struct qsm_class *k = (c); k && !(dst); k = up(k, base)) \
 			(dst) = k->slot; \
 	} while (0)
 
@@ -77,7 +41,18 @@ static void resolve_qp(struct qsm_fabric_qp_attr *a, const struct qsm_class *c)
 
 /* Every slot looked up once per class and ctx (a ctx is one thread: no locking), so the
  * dispatch path reads a table; freed with the ctx. */
-const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c)
+static void vtables_free(struct qsm_ctx *ctx)
+{
+	while (ctx->vtables) {
+		struct qsm_vtable *vt = ctx->vtables;
+
+		ctx->vtables = vt->next;
+		free(vt);
+	}
+}
+
+const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c,
+					const struct qsm_class *base)
 {
 	struct qsm_vtable *vt;
 
@@ -85,8 +60,10 @@ const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_cl
 		if (vt->cls == c)
 			return vt;
 	vt = calloc(1, sizeof(*vt));
-	if (!vt)
+	if (!vt || qsm_ctx_on_free(ctx, vtables_free) < 0) {
+		free(vt);
 		return NULL;
+	}
 	vt->cls = c;
 	for (int st = 0; st < QSM_CM_STATE_COUNT; st++) {
 		RESOLVE(vt->state[0][st].enter, c, active[st].enter);
@@ -111,14 +88,4 @@ const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_cl
 	vt->next = ctx->vtables;
 	ctx->vtables = vt;
 	return vt;
-}
-
-void qsm_vtables_free(struct qsm_ctx *ctx)
-{
-	while (ctx->vtables) {
-		struct qsm_vtable *vt = ctx->vtables;
-
-		ctx->vtables = vt->next;
-		free(vt);
-	}
 }

@@ -7,6 +7,8 @@
 #include "argcheck.h"
 #include "runtime.h"
 
+static const struct qsm_obj_ops listener_ops;
+
 static const char *lstate(int s)
 {
 	return qsm_sm_listener.state_names[s];
@@ -49,7 +51,7 @@ static void listener_close(struct qsm_listener *l)
 	l->obj.closed = true;
 	qsm_timer_remove(l->ctx, &l->timer);
 	release_listen_id(l);
-	qsm_list_del(&l->node);
+	qsm_list_del(&l->obj.node);
 }
 
 static void run_action(struct qsm_listener *l, enum qsm_action a, const struct qsm_item *it)
@@ -86,8 +88,9 @@ static void run_action(struct qsm_listener *l, enum qsm_action a, const struct q
 	}
 }
 
-void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it)
+static void listener_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
+	struct qsm_listener *l = qsm_container_of(o, struct qsm_listener, obj);
 	struct qsm_ctx *ctx = l->ctx;
 	struct qsm_edge edge;
 	int cs;
@@ -141,6 +144,7 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
+	l->obj.ops = &listener_ops;
 	l->obj.kind = QSM_OBJ_LISTENER;
 	l->obj.serial = ++ctx->next_serial;
 	l->ctx = ctx;
@@ -160,7 +164,8 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 		free(l);
 		return r;
 	}
-	qsm_list_add_tail(&ctx->listeners, &l->node);
+	qsm_list_add_tail(&ctx->objs[QSM_OBJ_LISTENER], &l->obj.node);
+	ctx->device_added = qsm_registry_device_added; /* a removed device may come back */
 	*ret = l;
 	return 0;
 }
@@ -190,14 +195,29 @@ void *qsm_listener_user(struct qsm_listener *l)
 	return l->user;
 }
 
-void qsm_listener_teardown(struct qsm_listener *l)
+static void listener_free(struct qsm_obj *o)
 {
-	listener_close(l);
-	if (!l->obj.refs)
-		qsm_listener_free(l);
+	free(qsm_container_of(o, struct qsm_listener, obj));
 }
 
-void qsm_listener_free(struct qsm_listener *l)
+static void listener_teardown(struct qsm_obj *o)
 {
-	free(l);
+	struct qsm_listener *l = qsm_container_of(o, struct qsm_listener, obj);
+
+	listener_close(l);
+	if (!l->obj.refs)
+		listener_free(o);
 }
+
+static int listener_state(const struct qsm_obj *o, enum qsm_machine *m)
+{
+	*m = QSM_MACHINE_LISTENER;
+	return qsm_container_of(o, struct qsm_listener, obj)->state;
+}
+
+static const struct qsm_obj_ops listener_ops = {
+	.dispatch = listener_dispatch,
+	.teardown = listener_teardown,
+	.free = listener_free,
+	.state = listener_state,
+};

@@ -1,5 +1,5 @@
-/* rdma-qsm internal: the runtime's objects (ctx, queues, listeners, devices, timers)
- * shared by core/ctx.c, queue/conn.c, listener.c and registry/device.c. */
+/* rdma-qsm internal: the runtime's objects (ctx, queues, listeners, devices, timers) and the
+ * calls between its layers: core/ (the loop), queue/, listener.c, registry/, data/, class.c. */
 #ifndef QSM_RUNTIME_H
 #define QSM_RUNTIME_H
 
@@ -13,15 +13,30 @@
 #include "list.h"
 #include "sm.h"
 
-/* What an id's owner pointer points at: the first member of each owner. */
-enum qsm_obj_kind { QSM_OBJ_CONN = 1, QSM_OBJ_LISTENER, QSM_OBJ_DEVICE };
+/* What an id's owner pointer points at: the first member of each owner.  The loop knows
+ * objects only through their ops; the kinds only order the ctx's lists (and its teardown). */
+enum qsm_obj_kind { QSM_OBJ_LISTENER, QSM_OBJ_CONN, QSM_OBJ_DEVICE, QSM_OBJ_KINDS };
+struct qsm_obj;
+struct qsm_item;
+struct qsm_obj_ops {
+	void (*dispatch)(struct qsm_obj *o, const struct qsm_item *it);
+	/* ctx teardown: no callbacks, no events; release everything now */
+	void (*teardown)(struct qsm_obj *o);
+	void (*free)(struct qsm_obj *o);
+	/* The machine and state that decide what it hears (-1: nothing, it is going away),
+	 * or NULL: not a machine's object. */
+	int (*state)(const struct qsm_obj *o, enum qsm_machine *m);
+	bool teardown_last;         /* torn down after the queued events are dropped */
+};
 struct qsm_obj {
+	const struct qsm_obj_ops *ops;
 	enum qsm_obj_kind kind;
 	uint32_t serial;
 	uint32_t refs;              /* queued events that point here; freed at 0 once closed */
 	uint32_t id_gen;            /* bumped whenever it lets go of an id: queued events of
 	                               an older id are stale (ids' addresses get reused) */
 	bool closed;                /* reached the final state: no more events, no callbacks */
+	struct qsm_list node;       /* ctx->objs[kind] */
 };
 
 struct qsm_timer {
@@ -46,7 +61,6 @@ struct qsm_device {
 	struct qsm_list pool_regs;  /* struct qsm_pool_reg.dev_node */
 	struct qsm_fid *sentinel;   /* bound to the device: DEVICE_REMOVAL even in the gap */
 	struct qsm_list conns;      /* queues attached (by qsm_conn.dev_node) */
-	struct qsm_list node;       /* ctx->devices */
 	bool removing;
 };
 
@@ -80,7 +94,6 @@ struct qsm_conn {
 	struct qsm_fid *id;
 	struct qsm_device *dev;
 	struct qsm_list dev_node;
-	struct qsm_list node;       /* ctx->conns */
 	struct qsm_timer timer;
 	uint32_t attempts;
 	uint32_t next_delay_ms;
@@ -108,7 +121,6 @@ struct qsm_listener {
 	struct qsm_timeouts timeouts;
 	uint32_t next_delay_ms;
 	struct qsm_timer timer;
-	struct qsm_list node;       /* ctx->listeners */
 	void *user;
 };
 
@@ -171,8 +183,14 @@ struct qsm_ctx {
 	struct qsm_timer **heap;
 	uint32_t heap_len, heap_cap;
 
-	struct qsm_list conns, listeners, devices, pools;
+	struct qsm_list objs[QSM_OBJ_KINDS];   /* every live object, by kind */
+	struct qsm_list pools;
 	struct qsm_vtable *vtables;       /* one per class in use */
+	/* Set by the layers above the loop, which the loop calls only through these:
+	 * DEVICE_ADDED that no object owns (the registry's fan-out), and what the layers
+	 * free with the ctx (class tables, pools), before the fabric goes. */
+	void (*device_added)(struct qsm_ctx *ctx);
+	void (*on_free[4])(struct qsm_ctx *ctx);
 	struct qsm_counters counters;
 
 	qsm_trace_fn trace;
@@ -181,8 +199,13 @@ struct qsm_ctx {
 	uint64_t t0_ns;
 };
 
-/* core/ctx.c */
+/* core/: the loop (loop.c), the FIFO (fifo.c), clock and timers (timer.c), trace (trace.c) */
+uint64_t qsm_monotonic_ns(void *arg);
 uint64_t qsm_now(struct qsm_ctx *ctx);
+int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
+int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot);
+void qsm_timers_fire(struct qsm_ctx *ctx);
+void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
@@ -190,17 +213,15 @@ void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
-uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
-			  uint32_t *next_delay_ms);
 void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
 
-/* An event of an id its target has let go of since it was queued. */
 /* A queue has a QP unless its QP machine is in its final state (DESTROYED: none). */
 static inline bool qsm_conn_has_qp(const struct qsm_conn *q)
 {
 	return q->qp_state != qsm_sm_qp.final_state;
 }
 
+/* An event of an id its target has let go of since it was queued. */
 static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_obj *o)
 {
 	return it->id && it->gen != o->id_gen;
@@ -214,32 +235,30 @@ static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *
 		qsm_trace_emit(ctx, kind, cls, serial, from, event, to, status);
 }
 
-/* queue/conn.c */
-void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it);
+/* queue/: making queues (api.c), their step (step.c), downcalls (downcall.c), the
+ * reconnect policy (policy.c), the base class (base.c) */
+extern const struct qsm_obj_ops qsm_conn_ops;
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
-void qsm_conn_free(struct qsm_conn *q);
 void qsm_conn_teardown(struct qsm_conn *q);
 int qsm_timeouts_check(const struct qsm_timeouts *t);
+void qsm_conn_arm_retry(struct qsm_conn *q);
+void qsm_conn_reset_backoff(struct qsm_conn *q);
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+			  uint32_t *next_delay_ms);
 
-/* data.c */
+/* data/: MRs and posts; registry/pool.c: pools */
 void qsm_pools_attach_device(struct qsm_device *d);
 void qsm_pools_detach_device(struct qsm_device *d);
-void qsm_pools_free(struct qsm_ctx *ctx);
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
+bool qsm_mr_args_valid(const void *addr, size_t len, int access);
 
-/* listener.c */
-void qsm_listener_dispatch(struct qsm_listener *l, const struct qsm_item *it);
-void qsm_listener_free(struct qsm_listener *l);
-void qsm_listener_teardown(struct qsm_listener *l);
-
-/* device.c */
+/* registry/device.c */
 int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev);
 void qsm_device_detach(struct qsm_conn *q);
-void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it);
-void qsm_device_free(struct qsm_device *d);
+void qsm_registry_device_added(struct qsm_ctx *ctx);
 
-/* class.c */
-const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c);
-void qsm_vtables_free(struct qsm_ctx *ctx);
+/* class.c: every slot resolved once per class, the lookup ending in @base */
+const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c,
+					const struct qsm_class *base);
 
 #endif

@@ -1,14 +1,33 @@
 /* rdma-qsm: the device registry.  While any queue uses a device, a sentinel id bound to the
  * device receives DEVICE_REMOVAL, so that queues in the reconnect gap (no id) hear it too. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "runtime.h"
 
+static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it);
+static void device_teardown(struct qsm_obj *o);
+
+static void device_free(struct qsm_obj *o)
+{
+	free(qsm_container_of(o, struct qsm_device, obj));
+}
+
+/* A device is no machine's object: it hears no fan-out. */
+static const struct qsm_obj_ops device_ops = {
+	.dispatch = device_dispatch,
+	.teardown = device_teardown,
+	.free = device_free,
+	.teardown_last = true, /* after the queued events that point at it are dropped */
+};
+
 static struct qsm_device *find(struct qsm_ctx *ctx, struct qsm_fdev *fdev)
 {
-	for (struct qsm_list *n = ctx->devices.next; n != &ctx->devices; n = n->next) {
-		struct qsm_device *d = qsm_container_of(n, struct qsm_device, node);
+	struct qsm_list *head = &ctx->objs[QSM_OBJ_DEVICE];
+
+	for (struct qsm_list *n = head->next; n != head; n = n->next) {
+		struct qsm_device *d = qsm_container_of(n, struct qsm_device, obj.node);
 
 		if (d->fdev == fdev && !d->removing)
 			return d;
@@ -40,6 +59,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		d = calloc(1, sizeof(*d));
 		if (!d)
 			return -ENOMEM;
+		d->obj.ops = &device_ops;
 		d->obj.kind = QSM_OBJ_DEVICE;
 		d->obj.serial = ++ctx->next_serial;
 		d->ctx = ctx;
@@ -55,7 +75,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 			return -ENODEV;
 		}
 		ctx->ops->device_get(fdev);
-		qsm_list_add_tail(&ctx->devices, &d->node);
+		qsm_list_add_tail(&ctx->objs[QSM_OBJ_DEVICE], &d->obj.node);
 		ctx->counters.devices_live++;
 		qsm_pools_attach_device(d);
 	}
@@ -78,7 +98,7 @@ static void device_close(struct qsm_device *d)
 		d->sentinel = NULL;
 	}
 	ctx->ops->device_put(d->fdev);
-	qsm_list_del(&d->node);
+	qsm_list_del(&d->obj.node);
 	ctx->counters.devices_live--;
 }
 
@@ -98,8 +118,9 @@ void qsm_device_detach(struct qsm_conn *q)
 }
 
 /* The sentinel's DEVICE_REMOVAL: every queue on the device takes its edge. */
-void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
+static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
+	struct qsm_device *d = qsm_container_of(o, struct qsm_device, obj);
 	struct qsm_ctx *ctx = d->ctx;
 
 	if (d->obj.closed) {
@@ -131,8 +152,10 @@ void qsm_device_dispatch(struct qsm_device *d, const struct qsm_item *it)
 	}
 }
 
-void qsm_device_free(struct qsm_device *d)
+static void device_teardown(struct qsm_obj *o)
 {
+	struct qsm_device *d = qsm_container_of(o, struct qsm_device, obj);
+
 	/* ctx teardown: queues are gone by now */
 	while (!qsm_list_empty(&d->conns)) {
 		struct qsm_conn *q = qsm_container_of(d->conns.next, struct qsm_conn, dev_node);
@@ -143,4 +166,24 @@ void qsm_device_free(struct qsm_device *d)
 	device_close(d);
 	if (d->obj.refs == 0 || d->obj.closed)
 		free(d);
+}
+
+/* Who hears DEVICE_ADDED: whoever's machine has an edge for it where it is now, queues
+ * before listeners (the order of enum qsm_obj_kind after its first kind), each once. */
+void qsm_registry_device_added(struct qsm_ctx *ctx)
+{
+	static const enum qsm_obj_kind order[] = { QSM_OBJ_CONN, QSM_OBJ_LISTENER };
+
+	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+		struct qsm_list *head = &ctx->objs[order[k]];
+
+		for (struct qsm_list *n = head->next; n != head; n = n->next) {
+			struct qsm_obj *o = qsm_container_of(n, struct qsm_obj, node);
+			enum qsm_machine m;
+			int st = o->ops->state ? o->ops->state(o, &m) : -1;
+
+			if (st >= 0 && qsm_machine_next(m, st, QSM_EV_DEVICE_ADDED, NULL) >= 0)
+				qsm_post(ctx, o, QSM_EV_DEVICE_ADDED, 0);
+		}
+	}
 }

@@ -1,14 +1,11 @@
-/* rdma-qsm: queues (active and passive connections).  Each event goes through the queue's
- * generated machine; the runtime carries out the edge's actions and calls the class's handlers. */
+/* rdma-qsm: a queue's step: each event through the queue's generated machine; the edge's
+ * actions carried out in order, the class's handlers called around them (run to completion). */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "runtime.h"
 
-#define PDATA_CONNECT_MAX 56
-#define PDATA_ACCEPT_MAX 196
-#define PDATA_REJECT_MAX 148
+static void conn_free(struct qsm_obj *o);
 
 static const char *kind_of(const struct qsm_conn *q)
 {
@@ -97,44 +94,6 @@ static uint32_t ms_or(uint32_t v, uint32_t def)
 	return v ? v : def;
 }
 
-/* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
- * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
- * state's timer (resolve_ms + 1000) within one. */
-int qsm_timeouts_check(const struct qsm_timeouts *t)
-{
-	const uint32_t all[] = { t->resolve_ms, t->connect_ms, t->handshake_ms, t->disconnect_ms,
-				 t->drain_ms, t->request_ms };
-
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		if (all[i] > QSM_TIMEOUT_MAX_MS)
-			return -EINVAL;
-	return 0;
-}
-
-static void arm_retry(struct qsm_conn *q)
-{
-	struct qsm_ctx *ctx = q->ctx;
-	uint64_t now = qsm_now(ctx);
-
-	q->attempts++;
-	if (!q->lost_at_ns)
-		q->lost_at_ns = now;
-	if ((q->policy.max_attempts && q->attempts >= q->policy.max_attempts) ||
-	    (q->policy.loss_timeout_ms &&
-	     now - q->lost_at_ns >= (uint64_t)q->policy.loss_timeout_ms * 1000000ull)) {
-		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, 0);
-		return;
-	}
-	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
-}
-
-static void reset_backoff(struct qsm_conn *q)
-{
-	q->attempts = 0;
-	q->next_delay_ms = 0;
-	q->lost_at_ns = 0;
-}
-
 /*
  * One action of an edge.  0: go on with the edge's next action; < 0: this one failed (its
  * failure is queued as the event an asynchronous failure would be) or a handler refused, and
@@ -200,7 +159,7 @@ static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_ev
 			ops->reject(q->id, q->pdata, q->pdata_len);
 		break;
 	case QSM_ACT_RESET_BACKOFF:
-		reset_backoff(q);
+		qsm_conn_reset_backoff(q);
 		break;
 	case QSM_ACT_DISCONNECT:
 		r = ops->disconnect(q->id);
@@ -222,7 +181,7 @@ static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_ev
 		release_id(q);
 		break;
 	case QSM_ACT_ARM_RETRY:
-		arm_retry(q);
+		qsm_conn_arm_retry(q);
 		break;
 	case QSM_ACT_RETRY_NOW:
 		q->next_delay_ms = 0;
@@ -285,7 +244,7 @@ static void conn_close(struct qsm_conn *q)
 	release_id(q);
 	qsm_conn_release_mrs(q, true);
 	qsm_device_detach(q);
-	qsm_list_del(&q->node);
+	qsm_list_del(&q->obj.node);
 	q->ctx->counters.queues_live--;
 }
 
@@ -349,8 +308,9 @@ static void take_abort(struct qsm_conn *q)
 	step(q, QSM_EV_ABORT, 0, NULL, 0);
 }
 
-void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
+static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
+	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 	struct qsm_ctx *ctx = q->ctx;
 
 	if (q->obj.closed || (q->dead && it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT) ||
@@ -372,228 +332,42 @@ void qsm_conn_dispatch(struct qsm_conn *q, const struct qsm_item *it)
 	take_abort(q);
 }
 
-/* ---- construction and the public calls ---- */
-
-static int addr_copy(union qsm_addr *dst, const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		memcpy(&dst->sin, sa, sizeof(dst->sin));
-	else if (sa->sa_family == AF_INET6)
-		memcpy(&dst->sin6, sa, sizeof(dst->sin6));
-	else
-		return -EAFNOSUPPORT;
-	return 0;
-}
-
-static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *cls, bool passive)
-{
-	const struct qsm_vtable *vt = qsm_vtable_get(ctx, cls);
-	struct qsm_conn *q = vt ? calloc(1, sizeof(*q) + vt->priv_size) : NULL;
-
-	if (!q)
-		return NULL;
-	q->vt = vt;
-	q->obj.kind = QSM_OBJ_CONN;
-	q->obj.serial = ++ctx->next_serial;
-	q->ctx = ctx;
-	q->cls = cls;
-	q->passive = passive;
-	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
-	q->state = (uint8_t)q->sm->start_state;
-	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
-	q->timer.heap_idx = UINT32_MAX;
-	q->timer.owner = &q->obj;
-	qsm_list_init(&q->dev_node);
-	qsm_list_init(&q->mrs);
-	qsm_list_add_tail(&ctx->conns, &q->node);
-	ctx->counters.queues_live++;
-	return q;
-}
-
-int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_conn **ret)
-{
-	struct qsm_conn *q;
-	union qsm_addr dst, src;
-	int r;
-
-	if (!ctx || !o || !ret || !o->cls || !o->dst)
-		return -EINVAL;
-	if (o->private_data_len > PDATA_CONNECT_MAX || (o->private_data_len && !o->private_data))
-		return -EINVAL;
-	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
-		return r;
-	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
-		return r;
-	if (o->src && o->src->sa_family != o->dst->sa_family)
-		return -EINVAL;
-	q = conn_alloc(ctx, o->cls, false);
-	if (!q)
-		return -ENOMEM;
-	q->dst = dst;
-	if (o->src) {
-		q->src = src;
-		q->has_src = true;
-	}
-	q->policy = o->policy;
-	q->timeouts = o->timeouts;
-	q->user = o->user;
-	q->pdata_len = (uint8_t)o->private_data_len;
-	if (o->private_data_len)
-		memcpy(q->pdata, o->private_data, o->private_data_len);
-	*ret = q;
-	return 0;
-}
-
-/* Spawned on the listener's CONNECT_REQUEST: the new id becomes the queue's. */
-int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
-{
-	struct qsm_ctx *ctx = l->ctx;
-	struct qsm_conn *q = conn_alloc(ctx, l->cls, true);
-	struct qsm_fdev *d;
-	int r = 0;
-
-	if (!q)
-		return -ENOMEM;
-	q->user = l->user;
-	q->timeouts = l->timeouts;
-	/* A queue without its device in the registry could never register memory: refuse the
-	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
-	d = ctx->ops->id_device(it->id);
-	if (d)
-		r = qsm_device_attach(q, d);
-	if (r == 0)
-		r = qsm_post_copy(ctx, &q->obj, it);
-	if (r < 0) {
-		qsm_conn_teardown(q); /* the id is still the listener's to reject and destroy */
-		return r;
-	}
-	q->id = it->id;
-	ctx->ops->set_owner(q->id, &q->obj);
-	return 0;
-}
-
-static int downcall(struct qsm_conn *q, int event)
-{
-	if (!q || q->dead)
-		return -EINVAL;
-	if (qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
-		return -EINVAL;
-	return qsm_post(q->ctx, &q->obj, event, 0);
-}
-
-int qsm_conn_connect(struct qsm_conn *q)
-{
-	if (q && q->passive)
-		return -EOPNOTSUPP;
-	return downcall(q, QSM_EV_CONNECT);
-}
-
-int qsm_conn_disconnect(struct qsm_conn *q)
-{
-	return downcall(q, QSM_EV_DISCONNECT);
-}
-
-int qsm_conn_ready(struct qsm_conn *q)
-{
-	return downcall(q, QSM_EV_READY);
-}
-
-static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, size_t max)
-{
-	int r;
-
-	if (!q || !q->passive || len > max || (len && !pdata))
-		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
-	if (q->dead || qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
-		return -EINVAL;
-	if (q->decided)
-		return -EALREADY; /* one decision per request: the first one stands */
-	q->pdata_len = (uint8_t)len;
-	if (len)
-		memcpy(q->pdata, pdata, len);
-	r = qsm_post(q->ctx, &q->obj, event, 0);
-	if (r == 0)
-		q->decided = true;
-	return r;
-}
-
-int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
-{
-	return decide(q, QSM_EV_ACCEPT, pdata, len, PDATA_ACCEPT_MAX);
-}
-
-int qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len)
-{
-	return decide(q, QSM_EV_REJECT, pdata, len, PDATA_REJECT_MAX);
-}
-
-int qsm_conn_destroy(struct qsm_conn *q)
-{
-	int r;
-
-	if (!q || q->dead)
-		return -EINVAL;
-	r = qsm_post(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
-	if (r < 0)
-		return r;
-	q->dead = true; /* from now on: no callback */
-	return 0;
-}
-
 /* ctx teardown: no callbacks, no events; everything released now. */
-void qsm_conn_teardown(struct qsm_conn *q)
+static void conn_teardown(struct qsm_obj *o)
 {
+	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
 	q->dead = true;
 	if (q->sm->facts[q->state].teardown == QSM_TEARDOWN_REJECT && q->id)
 		q->ctx->ops->reject(q->id, NULL, 0);
 	conn_close(q);
 	if (!q->obj.refs)
-		qsm_conn_free(q);
+		conn_free(&q->obj);
 }
 
-void qsm_conn_free(struct qsm_conn *q)
+static void conn_free(struct qsm_obj *o)
 {
-	free(q);
+	free(qsm_container_of(o, struct qsm_conn, obj));
 }
 
-void *qsm_conn_priv(struct qsm_conn *q)
+/* What a queue hears from the registry's fan-out: what its machine has edges for. */
+static int conn_state(const struct qsm_obj *o, enum qsm_machine *m)
 {
-	return q ? q->priv : NULL;
+	const struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
+	*m = q->sm->id;
+	return q->dead ? -1 : q->state;
 }
 
-void *qsm_conn_user(struct qsm_conn *q)
-{
-	return q ? q->user : NULL;
-}
+const struct qsm_obj_ops qsm_conn_ops = {
+	.dispatch = conn_dispatch,
+	.teardown = conn_teardown,
+	.free = conn_free,
+	.state = conn_state,
+};
 
-struct qsm_ctx *qsm_conn_ctx(struct qsm_conn *q)
+/* A queue that never took an event (spawn failed): gone now, with nothing to tell. */
+void qsm_conn_teardown(struct qsm_conn *q)
 {
-	return q ? q->ctx : NULL;
-}
-
-int qsm_conn_is_passive(struct qsm_conn *q)
-{
-	return q ? q->passive : -EINVAL;
-}
-
-int qsm_conn_state(struct qsm_conn *q)
-{
-	return q ? q->state : -EINVAL;
-}
-
-const char *qsm_conn_state_name(struct qsm_conn *q)
-{
-	return q ? state_name(q, q->state) : NULL;
-}
-
-int qsm_conn_qp_state(struct qsm_conn *q)
-{
-	if (!q)
-		return -EINVAL;
-	return qsm_conn_has_qp(q) ? q->qp_state : -ENOENT;
-}
-
-uint32_t qsm_conn_attempts(struct qsm_conn *q)
-{
-	return q ? q->attempts : 0;
+	conn_teardown(&q->obj);
 }

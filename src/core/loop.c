@@ -1,0 +1,265 @@
+/* rdma-qsm: the ctx's loop.  One ctx per thread: it owns the fabric, and runs every callback
+ * from qsm_ctx_dispatch(), bounded, never blocking; it sees objects only through their ops. */
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+#define DEFAULT_BUDGET 64
+
+static int epoll_add(int epfd, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts)
+{
+	struct qsm_ctx *ctx;
+	const char *env;
+	int r;
+
+	if (!ret || !opts || !opts->fabric || !opts->fabric->ops)
+		return -EINVAL;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	ctx->epfd = ctx->timerfd = ctx->kickfd = -1;
+	ctx->now_ns = opts->now_ns ? opts->now_ns : qsm_monotonic_ns;
+	ctx->now_arg = opts->now_arg;
+	ctx->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
+	for (int k = 0; k < QSM_OBJ_KINDS; k++)
+		qsm_list_init(&ctx->objs[k]);
+	qsm_list_init(&ctx->pools);
+
+	ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+	ctx->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	ctx->kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ctx->epfd < 0 || ctx->timerfd < 0 || ctx->kickfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if ((r = epoll_add(ctx->epfd, ctx->timerfd)) < 0 || (r = epoll_add(ctx->epfd, ctx->kickfd)) < 0 ||
+	    (r = epoll_add(ctx->epfd, opts->fabric->ops->fd(opts->fabric))) < 0)
+		goto fail;
+
+	ctx->fabric = opts->fabric;
+	ctx->ops = opts->fabric->ops;
+	env = getenv("QSM_TRACE");
+	ctx->trace_stderr = env && *env && strcmp(env, "0") != 0;
+	ctx->t0_ns = qsm_now(ctx);
+	*ret = ctx;
+	return 0;
+fail:
+	if (ctx->epfd >= 0)
+		close(ctx->epfd);
+	if (ctx->timerfd >= 0)
+		close(ctx->timerfd);
+	if (ctx->kickfd >= 0)
+		close(ctx->kickfd);
+	free(ctx);
+	return r;
+}
+
+/* Kind by kind, in the order of enum qsm_obj_kind (listeners first: no new queue comes). */
+/* Kind by kind, in the order of enum qsm_obj_kind (listeners first: no new queue comes).
+ * A teardown takes its object off the list; the objects of a kind share one teardown pass. */
+static void teardown_objects(struct qsm_ctx *ctx, bool last)
+{
+	for (int k = 0; k < QSM_OBJ_KINDS; k++) {
+		while (!qsm_list_empty(&ctx->objs[k])) {
+			struct qsm_obj *o = qsm_container_of(ctx->objs[k].next, struct qsm_obj, node);
+
+			if (o->ops->teardown_last != last)
+				break;
+			o->ops->teardown(o);
+		}
+	}
+}
+
+void qsm_ctx_free(struct qsm_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	/* No callbacks from here on: tear down every object, then drop queued events. */
+	teardown_objects(ctx, false);
+	while (ctx->fifo_len) {
+		struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
+
+		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
+		ctx->fifo_len--;
+		qsm_obj_put(ctx, it->target);
+	}
+	teardown_objects(ctx, true);
+	for (size_t i = 0; i < sizeof(ctx->on_free) / sizeof(ctx->on_free[0]); i++)
+		if (ctx->on_free[i])
+			ctx->on_free[i](ctx);
+	ctx->ops->destroy(ctx->fabric);
+	close(ctx->epfd);
+	close(ctx->timerfd);
+	close(ctx->kickfd);
+	free(ctx->fifo);
+	free(ctx->heap);
+	free(ctx);
+}
+
+/* A layer's own cleanup, run once by qsm_ctx_free() before the fabric goes. */
+int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx))
+{
+	size_t i, n = sizeof(ctx->on_free) / sizeof(ctx->on_free[0]);
+
+	for (i = 0; i < n && ctx->on_free[i] && ctx->on_free[i] != fn; i++)
+		;
+	if (i == n)
+		return -ENOSPC;
+	ctx->on_free[i] = fn;
+	return 0;
+}
+
+int qsm_ctx_fd(struct qsm_ctx *ctx)
+{
+	return ctx ? ctx->epfd : -EINVAL;
+}
+
+/* Copy one fabric event into the FIFO, addressed to whoever must see it. */
+static int take_fabric_event(struct qsm_ctx *ctx)
+{
+	struct qsm_fabric_event ev;
+	struct qsm_obj *target;
+	struct qsm_item *it;
+	int r = ctx->ops->get_event(ctx->fabric, &ev);
+
+	if (r < 0)
+		return r;
+	ctx->counters.fabric_events++;
+	if (ev.event == QSM_EV_CONNECT_REQUEST)
+		target = ev.listen_owner;
+	else
+		target = ev.owner;
+
+	if (!target) {
+		if (ev.event == QSM_EV_DEVICE_ADDED) {
+			/* Everyone who waits for a device hears about it: the registry knows who.
+			 * Counted in events[] as each fan-out item is dispatched, not here. */
+			if (ctx->device_added)
+				ctx->device_added(ctx);
+			return 0;
+		}
+		/* An id nobody owns: only a request whose listener is gone can be that. */
+		ctx->counters.orphans++;
+		qsm_trace(ctx, "fabric", NULL, 0, "-", ev.event, NULL, ev.status);
+		if (ev.event == QSM_EV_CONNECT_REQUEST && ev.id) {
+			ctx->ops->reject(ev.id, NULL, 0);
+			ctx->ops->destroy_id(ev.id);
+		}
+		return 0;
+	}
+	r = qsm_fifo_push(ctx, &it);
+	if (r < 0) {
+		if (ev.event == QSM_EV_CONNECT_REQUEST && ev.id) {
+			ctx->ops->reject(ev.id, NULL, 0);
+			ctx->ops->destroy_id(ev.id);
+		}
+		ctx->counters.orphans++;
+		return r;
+	}
+	it->target = target;
+	it->id = ev.id;
+	it->gen = target->id_gen;
+	it->event = ev.event;
+	it->status = ev.status;
+	it->wc = ev.wc;
+	it->pdata_len = ev.private_data_len > sizeof(it->pdata) ? sizeof(it->pdata) : ev.private_data_len;
+	memcpy(it->pdata, ev.private_data, it->pdata_len);
+	target->refs++;
+	return 0;
+}
+
+static void dispatch_item(struct qsm_ctx *ctx, const struct qsm_item *it)
+{
+	ctx->current = it;
+	it->target->ops->dispatch(it->target, it);
+	ctx->current = NULL;
+}
+
+int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
+{
+	unsigned int n = 0;
+
+	if (!ctx)
+		return -EINVAL;
+	if (!budget)
+		budget = DEFAULT_BUDGET;
+	while (n < budget) {
+		struct qsm_item it;
+
+		/* Timers fire only into an empty FIFO: an item still queued may move its object to
+		 * another state (cancelling the timer), and an expiry queued behind it would then
+		 * reach a state it was never armed for. */
+		if (!ctx->fifo_len)
+			qsm_timers_fire(ctx);
+		if (!ctx->fifo_len && take_fabric_event(ctx) < 0)
+			break;
+		if (!ctx->fifo_len)
+			continue;
+		/* copy the header and only the private data that is there */
+		memcpy(&it, &ctx->fifo[ctx->fifo_head],
+		       offsetof(struct qsm_item, pdata) + ctx->fifo[ctx->fifo_head].pdata_len);
+		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
+		ctx->fifo_len--;
+		ctx->counters.popped++;
+		dispatch_item(ctx, &it);
+		qsm_obj_put(ctx, it.target);
+		n++;
+	}
+	if (!ctx->fifo_len && ctx->kicked) {
+		uint64_t buf;
+
+		ctx->kicked = false;
+		if (read(ctx->kickfd, &buf, sizeof(buf)) < 0) {
+			/* EAGAIN: already drained */
+		}
+	}
+	qsm_timerfd_rearm(ctx);
+	return (int)n;
+}
+
+void qsm_ctx_stop(struct qsm_ctx *ctx)
+{
+	if (ctx)
+		ctx->stop = true;
+}
+
+int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms)
+{
+	uint64_t end;
+
+	if (!ctx)
+		return -EINVAL;
+	end = timeout_ms < 0 ? UINT64_MAX : qsm_monotonic_ns(NULL) + (uint64_t)timeout_ms * 1000000ull;
+	ctx->stop = false;
+	while (!ctx->stop) {
+		struct pollfd pfd = { .fd = ctx->epfd, .events = POLLIN };
+		uint64_t now = qsm_monotonic_ns(NULL);
+		int wait = qsm_ctx_next_timeout_ms(ctx), r;
+
+		if (now >= end)
+			return qsm_ctx_dispatch(ctx, 0) < 0 ? -EINVAL : -ETIMEDOUT;
+		if (end != UINT64_MAX && (wait < 0 || (uint64_t)wait > (end - now) / 1000000))
+			wait = (int)((end - now - 1) / 1000000) + 1; /* rounded up; fits: <= timeout_ms */
+		if (wait != 0 && poll(&pfd, 1, wait) < 0 && errno != EINTR)
+			return -errno;
+		r = qsm_ctx_dispatch(ctx, 0);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}

@@ -1,0 +1,205 @@
+/* rdma-qsm: the ctx's clock and timers: a lazy binary min-heap (re-arm and cancel O(1)),
+ * one timerfd on its earliest key, expiries queued as events. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+uint64_t qsm_monotonic_ns(void *arg)
+{
+	struct timespec ts;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t qsm_now(struct qsm_ctx *ctx)
+{
+	return ctx->now_ns(ctx->now_arg);
+}
+
+/* ---- timers: a binary min-heap, lazy ----
+ *
+ * Nearly every timer is re-armed or cancelled long before it fires (a state timeout, then
+ * the next state's), so both are O(1) here: a re-arm to a later deadline only records it,
+ * a cancel only disarms.  The heap key (key_ns) may thus be earlier than the deadline, or
+ * belong to a disarmed timer; fire_timers() sorts that out when the key comes due.
+ */
+
+static void heap_swap(struct qsm_ctx *ctx, uint32_t a, uint32_t b)
+{
+	struct qsm_timer *t = ctx->heap[a];
+
+	ctx->heap[a] = ctx->heap[b];
+	ctx->heap[b] = t;
+	ctx->heap[a]->heap_idx = a;
+	ctx->heap[b]->heap_idx = b;
+}
+
+static void heap_up(struct qsm_ctx *ctx, uint32_t i)
+{
+	while (i && ctx->heap[(i - 1) / 2]->key_ns > ctx->heap[i]->key_ns) {
+		heap_swap(ctx, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_down(struct qsm_ctx *ctx, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, m = i;
+
+		if (l < ctx->heap_len && ctx->heap[l]->key_ns < ctx->heap[m]->key_ns)
+			m = l;
+		if (r < ctx->heap_len && ctx->heap[r]->key_ns < ctx->heap[m]->key_ns)
+			m = r;
+		if (m == i)
+			return;
+		heap_swap(ctx, i, m);
+		i = m;
+	}
+}
+
+/* Out of the heap for good: the owner is going away. */
+void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
+{
+	uint32_t i = t->heap_idx;
+
+	t->armed = false;
+	if (i == UINT32_MAX)
+		return;
+	t->heap_idx = UINT32_MAX;
+	ctx->heap_len--;
+	if (i == ctx->heap_len)
+		return;
+	ctx->heap[i] = ctx->heap[ctx->heap_len];
+	ctx->heap[i]->heap_idx = i;
+	heap_up(ctx, i);
+	heap_down(ctx, ctx->heap[i]->heap_idx);
+}
+
+void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
+{
+	(void)ctx;
+	t->armed = false; /* left in the heap: fire_timers() drops it when its key is due */
+}
+
+/* One timer per object: arming replaces whatever was armed. */
+void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
+{
+	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
+
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
+	if (t->heap_idx != UINT32_MAX) {
+		if (deadline < t->key_ns) {
+			t->key_ns = deadline;
+			heap_up(ctx, t->heap_idx);
+		}
+		return;
+	}
+	if (ctx->heap_len == ctx->heap_cap) {
+		uint32_t cap = ctx->heap_cap ? ctx->heap_cap * 2 : 64;
+		struct qsm_timer **n = realloc(ctx->heap, cap * sizeof(*n));
+
+		if (!n) {
+			/* Cannot wait: fire now rather than never. */
+			t->armed = false;
+			if (qsm_post(ctx, t->owner, event, -ENOMEM) == 0)
+				ctx->counters.action_errors++;
+			return;
+		}
+		ctx->heap = n;
+		ctx->heap_cap = cap;
+	}
+	t->key_ns = deadline;
+	t->heap_idx = ctx->heap_len;
+	ctx->heap[ctx->heap_len++] = t;
+	heap_up(ctx, t->heap_idx);
+}
+
+/*
+ * Fire what is due.  A due key may be a disarmed timer (dropped now) or one re-armed to a
+ * later deadline (moved to its place now): each re-arm costs at most one sift, paid only if
+ * its old key comes due first.  A key that is not due is a lower bound of the next deadline,
+ * which is all the poll timeout needs (at worst one early wake-up).
+ */
+void qsm_timers_fire(struct qsm_ctx *ctx)
+{
+	uint64_t now = qsm_now(ctx);
+
+	while (ctx->heap_len && ctx->heap[0]->key_ns <= now) {
+		struct qsm_timer *t = ctx->heap[0];
+
+		if (t->armed && t->key_ns < t->deadline_ns) {
+			t->key_ns = t->deadline_ns;
+			heap_down(ctx, 0);
+			continue;
+		}
+		bool due = t->armed && t->event;
+
+		qsm_timer_remove(ctx, t);
+		if (due)
+			qsm_post(ctx, t->owner, t->event, 0);
+	}
+}
+
+/*
+ * Keep the timerfd on the earliest key, touching it only when that changes, so that a
+ * dispatch pass costs no system call in the common case.  The key is a lower bound of the
+ * next deadline (lazy heap): at worst one early wake-up, in which nothing fires.
+ */
+void qsm_timerfd_rearm(struct qsm_ctx *ctx)
+{
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+	uint64_t want = ctx->heap_len ? ctx->heap[0]->key_ns : 0, buf;
+
+	if (ctx->now_ns != qsm_monotonic_ns) {
+		/* A virtual clock does not drive the timerfd: while timers exist, look every 1 ms. */
+		want = want ? 1 : 0;
+		if (want == ctx->timerfd_at)
+			return;
+		its.it_value.tv_nsec = want ? 1000000 : 0;
+		its.it_interval.tv_nsec = its.it_value.tv_nsec;
+		timerfd_settime(ctx->timerfd, 0, &its, NULL);
+		ctx->timerfd_at = want;
+		return;
+	}
+	if (ctx->timerfd_at && ctx->timerfd_at <= qsm_monotonic_ns(NULL)) {
+		/* it fired (or is about to): a one-shot timerfd is disarmed once read */
+		if (read(ctx->timerfd, &buf, sizeof(buf)) == sizeof(buf))
+			ctx->timerfd_at = 0;
+	}
+	if (want == ctx->timerfd_at)
+		return;
+	its.it_value.tv_sec = (time_t)(want / 1000000000ull);
+	its.it_value.tv_nsec = (long)(want % 1000000000ull);
+	if (timerfd_settime(ctx->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		ctx->timerfd_at = want;
+}
+
+int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)
+{
+	uint64_t now, d;
+
+	if (!ctx)
+		return -EINVAL;
+	if (ctx->fifo_len)
+		return 0;
+	if (!ctx->heap_len)
+		return -1;
+	now = qsm_now(ctx);
+	d = ctx->heap[0]->key_ns;
+	if (d <= now)
+		return 0;
+	d = (d - now + 999999) / 1000000;
+	/* A negative poll timeout waits forever: further out than INT_MAX ms, the caller wakes
+	 * early, dispatches nothing and asks again. */
+	return d > INT_MAX ? INT_MAX : (int)d;
+}

@@ -1,0 +1,40 @@
+/* rdma-qsm: the ctx's trace and counters: one record per transition or unexpected event,
+ * to the ULP's trace function and/or stderr (QSM_TRACE=1). */
+#include <errno.h>
+#include <stdio.h>
+
+#include "runtime.h"
+
+int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out)
+{
+	if (!ctx || !out)
+		return -EINVAL;
+	*out = ctx->counters;
+	return 0;
+}
+
+int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg)
+{
+	if (!ctx)
+		return -EINVAL;
+	ctx->trace = fn;
+	ctx->trace_arg = arg;
+	return 0;
+}
+
+void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
+		    const char *from, int event, const char *to, int status)
+{
+	struct qsm_trace_record r;
+
+	r = (struct qsm_trace_record){
+		.time_ns = qsm_now(ctx) - ctx->t0_ns, .kind = kind, .class_name = cls, .id = serial,
+		.from = from, .event = qsm_event_name(event), .to = to, .status = status,
+	};
+	if (ctx->trace)
+		ctx->trace(&r, ctx->trace_arg);
+	if (ctx->trace_stderr)
+		fprintf(stderr, "qsm %10.6f %s %s#%u %s --%s%s%.0d--> %s\n", (double)r.time_ns / 1e9,
+			kind, cls ? cls : "-", serial, from, r.event ? r.event : "?", status ? " status=" : "",
+			status, to ? to : "(unexpected: stays)");
+}

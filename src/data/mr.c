@@ -1,0 +1,100 @@
+/* rdma-qsm: a queue's memory regions: owned by the queue, registered on its device, released
+ * with the device (the handle stays valid, its keys do not) or with the queue. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+/*
+ * What ibv_reg_mr refuses whatever the device: checked here, at the door, so that a caller's
+ * mistake is -EINVAL in every state (not -ENODEV before a device is attached), and so that a
+ * pool taken while the registry holds no device cannot fail later, unseen, on each device.
+ */
+bool qsm_mr_args_valid(const void *addr, size_t len, int access)
+{
+	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr)
+		return false;
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+		return false;
+	/* remote write needs local write (ibv_reg_mr(3)) */
+	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);
+}
+
+int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret)
+{
+	struct qsm_mr *mr;
+	int r;
+
+	if (!q || !ret || q->dead || !qsm_mr_args_valid(addr, len, access))
+		return -EINVAL;
+	if (!q->dev || q->dev->removing)
+		return -ENODEV;
+	if (!q->ctx->ops->reg_mr)
+		return -EOPNOTSUPP;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	r = q->ctx->ops->reg_mr(q->dev->fdev, addr, len, access, &mr->fmr, &mr->lkey, &mr->rkey);
+	if (r < 0) {
+		free(mr);
+		return r;
+	}
+	mr->q = q;
+	mr->dev = q->dev;
+	qsm_list_add_tail(&q->mrs, &mr->node);
+	*ret = mr;
+	return 0;
+}
+
+static void mr_release(struct qsm_mr *mr)
+{
+	if (mr->fmr) {
+		mr->q->ctx->ops->dereg_mr(mr->fmr);
+		mr->fmr = NULL;
+		mr->lkey = mr->rkey = 0;
+	}
+}
+
+int qsm_mr_dereg(struct qsm_mr *mr)
+{
+	if (!mr)
+		return -EINVAL;
+	mr_release(mr);
+	qsm_list_del(&mr->node);
+	free(mr);
+	return 0;
+}
+
+/* The device goes (or the queue moves to another one, or closes): deregister everything;
+ * the handles stay the ULP's unless the queue itself is being freed. */
+void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
+{
+	struct qsm_list *n, *next;
+
+	for (n = q->mrs.next; n != &q->mrs; n = next) {
+		struct qsm_mr *mr = qsm_container_of(n, struct qsm_mr, node);
+
+		next = n->next;
+		mr_release(mr);
+		if (free_handles) {
+			qsm_list_del(&mr->node);
+			free(mr);
+		}
+	}
+}
+
+uint32_t qsm_mr_lkey(const struct qsm_mr *mr)
+{
+	return mr ? mr->lkey : 0;
+}
+
+uint32_t qsm_mr_rkey(const struct qsm_mr *mr)
+{
+	return mr ? mr->rkey : 0;
+}
+
+int qsm_mr_valid(const struct qsm_mr *mr)
+{
+	return mr && mr->fmr;
+}

@@ -1,0 +1,67 @@
+/* rdma-qsm: work requests on a queue's QP: checked at the door, refused while the queue
+ * drains (the machine says where), completions handed to the class's completion handler. */
+#include <errno.h>
+#include <stdint.h>
+
+#include "runtime.h"
+
+/* Once the drain marker is posted, a new WR would complete after DRAINED, when the QP is
+ * already gone: refuse it, the buffer stays the ULP's.  The machine says which states drain. */
+static bool draining(const struct qsm_conn *q)
+{
+	return q->sm->facts[q->state].drains;
+}
+
+static int check_sge(const struct qsm_sge *sge, int nsge)
+{
+	if (nsge < 0 || nsge > QSM_MAX_SGE || (nsge && !sge))
+		return -EINVAL;
+	return 0;
+}
+
+static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const struct qsm_sge *sge,
+		int nsge, uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	struct qsm_fabric_wr wr = {
+		.wr_id = wr_id, .opcode = op, .sg_list = sge, .num_sge = nsge,
+		.remote_addr = remote_addr, .rkey = rkey, .signaled = flags & QSM_POST_SIGNALED,
+	};
+	int r;
+
+	if (!q || q->dead || (flags & ~QSM_POST_SIGNALED) || (r = check_sge(sge, nsge)) < 0)
+		return -EINVAL;
+	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
+		return -ENOTCONN;
+	if (!q->ctx->ops->post_send)
+		return -EOPNOTSUPP;
+	return q->ctx->ops->post_send(q->id, &wr);
+}
+
+int qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       unsigned int flags)
+{
+	return post(q, QSM_WR_SEND, wr_id, sge, nsge, 0, 0, flags);
+}
+
+int qsm_conn_post_write(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+			uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	return post(q, QSM_WR_RDMA_WRITE, wr_id, sge, nsge, remote_addr, rkey, flags);
+}
+
+int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
+		       uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	return post(q, QSM_WR_RDMA_READ, wr_id, sge, nsge, remote_addr, rkey, flags);
+}
+
+int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
+{
+	if (!q || q->dead || check_sge(sge, nsge) < 0)
+		return -EINVAL;
+	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
+		return -ENOTCONN;
+	if (!q->ctx->ops->post_recv)
+		return -EOPNOTSUPP;
+	return q->ctx->ops->post_recv(q->id, wr_id, sge, nsge);
+}

@@ -1,0 +1,167 @@
+/* rdma-qsm: queues: making them (active, or spawned from a listener's request) and what
+ * a ULP may ask of one at any time. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+#define PDATA_CONNECT_MAX 56
+
+/* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
+ * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
+ * state's timer (resolve_ms + 1000) within one. */
+int qsm_timeouts_check(const struct qsm_timeouts *t)
+{
+	const uint32_t all[] = { t->resolve_ms, t->connect_ms, t->handshake_ms, t->disconnect_ms,
+				 t->drain_ms, t->request_ms };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i] > QSM_TIMEOUT_MAX_MS)
+			return -EINVAL;
+	return 0;
+}
+
+/* ---- construction and the public calls ---- */
+
+static int addr_copy(union qsm_addr *dst, const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		memcpy(&dst->sin, sa, sizeof(dst->sin));
+	else if (sa->sa_family == AF_INET6)
+		memcpy(&dst->sin6, sa, sizeof(dst->sin6));
+	else
+		return -EAFNOSUPPORT;
+	return 0;
+}
+
+static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *cls, bool passive)
+{
+	const struct qsm_vtable *vt = qsm_vtable_get(ctx, cls, &qsm_base_class);
+	struct qsm_conn *q = vt ? calloc(1, sizeof(*q) + vt->priv_size) : NULL;
+
+	if (!q)
+		return NULL;
+	q->vt = vt;
+	q->obj.ops = &qsm_conn_ops;
+	q->obj.kind = QSM_OBJ_CONN;
+	q->obj.serial = ++ctx->next_serial;
+	q->ctx = ctx;
+	q->cls = cls;
+	q->passive = passive;
+	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
+	q->state = (uint8_t)q->sm->start_state;
+	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
+	q->timer.heap_idx = UINT32_MAX;
+	q->timer.owner = &q->obj;
+	qsm_list_init(&q->dev_node);
+	qsm_list_init(&q->mrs);
+	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
+	ctx->device_added = qsm_registry_device_added; /* a queue in the gap waits for one */
+	ctx->counters.queues_live++;
+	return q;
+}
+
+int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_conn **ret)
+{
+	struct qsm_conn *q;
+	union qsm_addr dst, src;
+	int r;
+
+	if (!ctx || !o || !ret || !o->cls || !o->dst)
+		return -EINVAL;
+	if (o->private_data_len > PDATA_CONNECT_MAX || (o->private_data_len && !o->private_data))
+		return -EINVAL;
+	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
+		return r;
+	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
+		return r;
+	if (o->src && o->src->sa_family != o->dst->sa_family)
+		return -EINVAL;
+	q = conn_alloc(ctx, o->cls, false);
+	if (!q)
+		return -ENOMEM;
+	q->dst = dst;
+	if (o->src) {
+		q->src = src;
+		q->has_src = true;
+	}
+	q->policy = o->policy;
+	q->timeouts = o->timeouts;
+	q->user = o->user;
+	q->pdata_len = (uint8_t)o->private_data_len;
+	if (o->private_data_len)
+		memcpy(q->pdata, o->private_data, o->private_data_len);
+	*ret = q;
+	return 0;
+}
+
+/* Spawned on the listener's CONNECT_REQUEST: the new id becomes the queue's. */
+int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
+{
+	struct qsm_ctx *ctx = l->ctx;
+	struct qsm_conn *q = conn_alloc(ctx, l->cls, true);
+	struct qsm_fdev *d;
+	int r = 0;
+
+	if (!q)
+		return -ENOMEM;
+	q->user = l->user;
+	q->timeouts = l->timeouts;
+	/* A queue without its device in the registry could never register memory: refuse the
+	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
+	d = ctx->ops->id_device(it->id);
+	if (d)
+		r = qsm_device_attach(q, d);
+	if (r == 0)
+		r = qsm_post_copy(ctx, &q->obj, it);
+	if (r < 0) {
+		qsm_conn_teardown(q); /* the id is still the listener's to reject and destroy */
+		return r;
+	}
+	q->id = it->id;
+	ctx->ops->set_owner(q->id, &q->obj);
+	return 0;
+}
+
+void *qsm_conn_priv(struct qsm_conn *q)
+{
+	return q ? q->priv : NULL;
+}
+
+void *qsm_conn_user(struct qsm_conn *q)
+{
+	return q ? q->user : NULL;
+}
+
+struct qsm_ctx *qsm_conn_ctx(struct qsm_conn *q)
+{
+	return q ? q->ctx : NULL;
+}
+
+int qsm_conn_is_passive(struct qsm_conn *q)
+{
+	return q ? q->passive : -EINVAL;
+}
+
+int qsm_conn_state(struct qsm_conn *q)
+{
+	return q ? q->state : -EINVAL;
+}
+
+const char *qsm_conn_state_name(struct qsm_conn *q)
+{
+	return q ? q->sm->state_names[q->state] : NULL;
+}
+
+int qsm_conn_qp_state(struct qsm_conn *q)
+{
+	if (!q)
+		return -EINVAL;
+	return qsm_conn_has_qp(q) ? q->qp_state : -ENOENT;
+}
+
+uint32_t qsm_conn_attempts(struct qsm_conn *q)
+{
+	return q ? q->attempts : 0;
+}

@@ -1,0 +1,78 @@
+/* rdma-qsm: the downcalls: what a ULP asks of a queue becomes an event, queued and taken
+ * next, never a callback from inside the call; refused when the machine has no edge for it. */
+#include <errno.h>
+#include <string.h>
+
+#include "runtime.h"
+
+#define PDATA_CONNECT_MAX 56
+#define PDATA_ACCEPT_MAX 196
+#define PDATA_REJECT_MAX 148
+
+static int downcall(struct qsm_conn *q, int event)
+{
+	if (!q || q->dead)
+		return -EINVAL;
+	if (qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
+		return -EINVAL;
+	return qsm_post(q->ctx, &q->obj, event, 0);
+}
+
+int qsm_conn_connect(struct qsm_conn *q)
+{
+	if (q && q->passive)
+		return -EOPNOTSUPP;
+	return downcall(q, QSM_EV_CONNECT);
+}
+
+int qsm_conn_disconnect(struct qsm_conn *q)
+{
+	return downcall(q, QSM_EV_DISCONNECT);
+}
+
+int qsm_conn_ready(struct qsm_conn *q)
+{
+	return downcall(q, QSM_EV_READY);
+}
+
+static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, size_t max)
+{
+	int r;
+
+	if (!q || !q->passive || len > max || (len && !pdata))
+		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
+	if (q->dead || qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
+		return -EINVAL;
+	if (q->decided)
+		return -EALREADY; /* one decision per request: the first one stands */
+	q->pdata_len = (uint8_t)len;
+	if (len)
+		memcpy(q->pdata, pdata, len);
+	r = qsm_post(q->ctx, &q->obj, event, 0);
+	if (r == 0)
+		q->decided = true;
+	return r;
+}
+
+int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
+{
+	return decide(q, QSM_EV_ACCEPT, pdata, len, PDATA_ACCEPT_MAX);
+}
+
+int qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len)
+{
+	return decide(q, QSM_EV_REJECT, pdata, len, PDATA_REJECT_MAX);
+}
+
+int qsm_conn_destroy(struct qsm_conn *q)
+{
+	int r;
+
+	if (!q || q->dead)
+		return -EINVAL;
+	r = qsm_post(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
+	if (r < 0)
+		return r;
+	q->dead = true; /* from now on: no callback */
+	return 0;
+}

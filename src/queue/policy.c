@@ -1,0 +1,55 @@
+/* rdma-qsm: the reconnect policy: exponential backoff with jitter (deterministic under the ctx
+ * seed), bounded by max_attempts and loss_timeout_ms, after which GIVE_UP. */
+#include <stdint.h>
+
+#include "runtime.h"
+
+/* 64 bits: a delay near UINT32_MAX ms plus its jitter must not wrap to a short one. */
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+			  uint32_t *next_delay_ms)
+{
+	uint32_t initial = p->initial_delay_ms ? p->initial_delay_ms : 100;
+	uint32_t max = p->max_delay_ms ? p->max_delay_ms : 10000;
+	uint32_t mult = p->multiplier_pct ? p->multiplier_pct : 200;
+	uint64_t d = *next_delay_ms ? *next_delay_ms : initial, n;
+
+	if (d > max)
+		d = max;
+	n = d * mult / 100;
+	*next_delay_ms = (uint32_t)(n > max ? max : n);
+	if (p->jitter_pct && d) {
+		uint64_t span = d * (p->jitter_pct > 100 ? 100 : p->jitter_pct) / 100;
+
+		/* xorshift64: deterministic under the ctx seed */
+		ctx->rng ^= ctx->rng << 13;
+		ctx->rng ^= ctx->rng >> 7;
+		ctx->rng ^= ctx->rng << 17;
+		if (span)
+			d = d - span + ctx->rng % (2 * span + 1);
+	}
+	return d;
+}
+
+void qsm_conn_arm_retry(struct qsm_conn *q)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	uint64_t now = qsm_now(ctx);
+
+	q->attempts++;
+	if (!q->lost_at_ns)
+		q->lost_at_ns = now;
+	if ((q->policy.max_attempts && q->attempts >= q->policy.max_attempts) ||
+	    (q->policy.loss_timeout_ms &&
+	     now - q->lost_at_ns >= (uint64_t)q->policy.loss_timeout_ms * 1000000ull)) {
+		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, 0);
+		return;
+	}
+	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
+}
+
+void qsm_conn_reset_backoff(struct qsm_conn *q)
+{
+	q->attempts = 0;
+	q->next_delay_ms = 0;
+	q->lost_at_ns = 0;
+}

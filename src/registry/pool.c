@@ -1,0 +1,130 @@
+/* rdma-qsm: pools: memory registered once per device of the registry for every queue of a ctx,
+ * on each device as it is taken into use, released when it goes (so removal completes). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+/* ---- pools: one registration per device of the registry ---- */
+
+static void pools_free(struct qsm_ctx *ctx);
+
+static int pool_reg_on(struct qsm_pool *pool, struct qsm_device *d)
+{
+	struct qsm_pool_reg *reg = calloc(1, sizeof(*reg));
+	int r;
+
+	if (!reg)
+		return -ENOMEM;
+	r = pool->ctx->ops->reg_mr(d->fdev, pool->addr, pool->len, pool->access, &reg->fmr,
+				   &reg->lkey, &reg->rkey);
+	if (r < 0) {
+		free(reg);
+		return r;
+	}
+	reg->pool = pool;
+	reg->dev = d;
+	qsm_list_add_tail(&pool->regs, &reg->pool_node);
+	qsm_list_add_tail(&d->pool_regs, &reg->dev_node);
+	return 0;
+}
+
+static void pool_reg_drop(struct qsm_pool_reg *reg)
+{
+	reg->pool->ctx->ops->dereg_mr(reg->fmr);
+	qsm_list_del(&reg->pool_node);
+	qsm_list_del(&reg->dev_node);
+	free(reg);
+}
+
+int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret)
+{
+	struct qsm_pool *pool;
+	struct qsm_list *n, *tmp;
+	int r = 0;
+
+	if (!ctx || !ret || !qsm_mr_args_valid(addr, len, access))
+		return -EINVAL;
+	if (!ctx->ops->reg_mr)
+		return -EOPNOTSUPP;
+	if ((r = qsm_ctx_on_free(ctx, pools_free)) < 0)
+		return r;
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	*pool = (struct qsm_pool){ .ctx = ctx, .addr = addr, .len = len, .access = access };
+	qsm_list_init(&pool->regs);
+	qsm_list_each(n, tmp, &ctx->objs[QSM_OBJ_DEVICE]) {
+		struct qsm_device *d = qsm_container_of(n, struct qsm_device, obj.node);
+
+		if (!d->removing && (r = pool_reg_on(pool, d)) < 0)
+			break;
+	}
+	if (r < 0) {
+		/* all or nothing: a pool the caller never got must hold nothing */
+		while (!qsm_list_empty(&pool->regs))
+			pool_reg_drop(qsm_container_of(pool->regs.next, struct qsm_pool_reg, pool_node));
+		free(pool);
+		return r;
+	}
+	qsm_list_add_tail(&ctx->pools, &pool->node);
+	*ret = pool;
+	return 0;
+}
+
+int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
+		  uint32_t *rkey)
+{
+	const struct qsm_list *n;
+
+	if (!pool || !q || q->ctx != pool->ctx)
+		return -EINVAL;
+	for (n = pool->regs.next; n != &pool->regs; n = n->next) {
+		const struct qsm_pool_reg *reg = qsm_container_of(n, struct qsm_pool_reg, pool_node);
+
+		if (reg->dev == q->dev && !reg->dev->removing) {
+			if (lkey)
+				*lkey = reg->lkey;
+			if (rkey)
+				*rkey = reg->rkey;
+			return 0;
+		}
+	}
+	return -ENODEV;
+}
+
+int qsm_pool_dereg(struct qsm_pool *pool)
+{
+	if (!pool)
+		return -EINVAL;
+	while (!qsm_list_empty(&pool->regs))
+		pool_reg_drop(qsm_container_of(pool->regs.next, struct qsm_pool_reg, pool_node));
+	qsm_list_del(&pool->node);
+	free(pool);
+	return 0;
+}
+
+/* A device enters the registry: every pool gets registered there.  A failure leaves that
+ * pool without keys on the device (qsm_pool_keys: -ENODEV), counted. */
+void qsm_pools_attach_device(struct qsm_device *d)
+{
+	struct qsm_list *n, *tmp;
+
+	qsm_list_each(n, tmp, &d->ctx->pools)
+		if (pool_reg_on(qsm_container_of(n, struct qsm_pool, node), d) < 0)
+			d->ctx->counters.action_errors++;
+}
+
+/* The registry lets a device go: its pool registrations go with it. */
+void qsm_pools_detach_device(struct qsm_device *d)
+{
+	while (!qsm_list_empty(&d->pool_regs))
+		pool_reg_drop(qsm_container_of(d->pool_regs.next, struct qsm_pool_reg, dev_node));
+}
+
+static void pools_free(struct qsm_ctx *ctx)
+{
+	while (!qsm_list_empty(&ctx->pools))
+		qsm_pool_dereg(qsm_container_of(ctx->pools.next, struct qsm_pool, node));
+}
