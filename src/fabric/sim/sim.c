@@ -73,6 +73,18 @@ enum id_state {
 	ID_FAILED,           /* a connection was tried and never came up */
 };
 
+/*
+ * The hardware QP of an id, as far as the sim models it: no QP, or one that takes receives
+ * (INIT), sends too (RTS), or flushes everything (ERR).  The verbs states between (RTR, SQD,
+ * SQE) last no time here; qsm_sim_qp_state() maps these to enum qsm_qp_state.
+ */
+enum sim_qp {
+	SIM_QP_NONE,
+	SIM_QP_INIT,
+	SIM_QP_RTS,
+	SIM_QP_ERR,
+};
+
 struct sim_fabric;
 
 struct sim_id {
@@ -85,8 +97,7 @@ struct sim_id {
 	bool holds_port;                     /* src's port is taken in the world's port space */
 	struct sockaddr_storage src, dst;
 	struct sim_id *peer;                 /* the other end while CONNECT, REQ_RCVD or ESTABLISHED */
-	bool has_qp;
-	enum qsm_qp_state qp_state;
+	enum sim_qp qp;
 	/* The QP's data path.  Sends execute when posted, so only receives wait. */
 	struct qsm_list recvs;
 	unsigned nrecvs;
@@ -470,9 +481,9 @@ static void recv_free(struct sim_id *id, struct sim_recv *r)
  */
 static void qp_err(struct sim_id *id)
 {
-	if (!id->has_qp)
+	if (id->qp == SIM_QP_NONE)
 		return;
-	id->qp_state = QSM_QP_ERR;
+	id->qp = SIM_QP_ERR;
 	while (!qsm_list_empty(&id->recvs)) {
 		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
 
@@ -494,12 +505,12 @@ static void qp_destroy(struct sim_id *id)
 {
 	struct qsm_sim *sim = id->fab->sim;
 
-	if (!id->has_qp)
+	if (id->qp == SIM_QP_NONE)
 		return;
 	while (!qsm_list_empty(&id->recvs))
 		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
 	drop_events(id, QSM_EV_COMPLETION);
-	id->has_qp = false;
+	id->qp = SIM_QP_NONE;
 	id->dev->nqps--;
 	sim->st.qps--;
 	device_settle(id->dev);
@@ -543,7 +554,7 @@ static void connect_failed(struct sim_id *id, int event, int status, const void 
 static void connection_up(struct sim_id *active, struct sim_id *passive, const void *pdata, size_t len)
 {
 	active->state = passive->state = ID_ESTABLISHED;
-	active->qp_state = passive->qp_state = QSM_QP_RTS;
+	active->qp = passive->qp = SIM_QP_RTS;
 	/* The active side learns from the REP (its private data), the passive side from the RTU (none). */
 	post(&(struct post){ .id = active, .event = QSM_EV_ESTABLISHED, .pdata = pdata, .len = len,
 			     .wire = QSM_SIM_REP_PDATA });
@@ -1145,14 +1156,13 @@ static int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *a
 	sim = id->fab->sim;
 	if (!id->dev)
 		return -EINVAL;
-	if (id->has_qp)
+	if (id->qp != SIM_QP_NONE)
 		return -EEXIST;
 	if (!device_up(id->dev))
 		return -ENODEV;
 	if (fault_take(sim, QSM_SIM_FAULT_ENOMEM))
 		return -ENOMEM;
-	id->has_qp = true;
-	id->qp_state = QSM_QP_INIT;
+	id->qp = SIM_QP_INIT;
 	id->cap = *attr;
 	id->wc_error_sent = false;
 	id->dev->nqps++;
@@ -1179,7 +1189,7 @@ static int sim_connect(struct qsm_fid *fid, const void *pdata, size_t len)
 	sim = id->fab->sim;
 	if (pdata_check(pdata, len, QSM_SIM_REQ_PDATA) < 0)
 		return -EINVAL;
-	if (id->state != ID_ROUTE_RESOLVED || !id->has_qp)
+	if (id->state != ID_ROUTE_RESOLVED || id->qp == SIM_QP_NONE)
 		return -EINVAL;
 	if (!device_up(id->dev))
 		return -ENODEV;
@@ -1233,8 +1243,9 @@ static int sim_accept(struct qsm_fid *fid, const void *pdata, size_t len)
 	sim = id->fab->sim;
 	if (pdata_check(pdata, len, QSM_SIM_REP_PDATA) < 0)
 		return -EINVAL;
-	/* A QP in ERR cannot be moved to RTR, so rdma_accept fails before sending the REP. */
-	if (id->state != ID_REQ_RCVD || !id->has_qp || id->qp_state == QSM_QP_ERR)
+	/* Only an INIT QP can be moved to RTR (one in ERR cannot), so rdma_accept fails before
+	 * sending the REP. */
+	if (id->state != ID_REQ_RCVD || id->qp != SIM_QP_INIT)
 		return -EINVAL;
 	if (!device_up(id->dev))
 		return -ENODEV;
@@ -1248,7 +1259,7 @@ static int sim_accept(struct qsm_fid *fid, const void *pdata, size_t len)
 	}
 	/* The active side disconnected, drained or dropped its QP while the REQ was pending:
 	 * its REP handling cannot move the QP to RTR, so it reports CONNECT_ERROR and REJects. */
-	if (!active->has_qp || active->qp_state == QSM_QP_ERR) {
+	if (active->qp != SIM_QP_INIT) {
 		peer_unlink(id);
 		connect_failed(active, QSM_EV_CONNECT_ERROR, -EINVAL, NULL, 0);
 		connect_failed(id, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, NULL, 0);
@@ -1312,7 +1323,7 @@ static int sim_drain(struct qsm_fid *fid)
 
 	if (!id)
 		return -EINVAL;
-	if (!id->has_qp)
+	if (id->qp == SIM_QP_NONE)
 		return -EINVAL;
 	/* No device check: draining is how the runtime lets go of a device being removed.
 	 * The marker is posted last, so it flushes behind every WR posted before it. */
@@ -1470,17 +1481,17 @@ static int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr)
 	struct sim_id *id = to_id(fid);
 	struct sim_id *peer;
 
-	if (!id || !wr || !id->has_qp)
+	if (!id || !wr || id->qp == SIM_QP_NONE)
 		return -EINVAL;
 	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_RDMA_WRITE && wr->opcode != QSM_WR_RDMA_READ)
 		return -EINVAL;
 	if (sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
 		return -EINVAL;
-	if (id->qp_state == QSM_QP_ERR) {
+	if (id->qp == SIM_QP_ERR) {
 		complete(id, wr->wr_id, wr->opcode, QSM_WC_WR_FLUSH_ERR, 0);
 		return 0;
 	}
-	if (id->qp_state != QSM_QP_RTS)
+	if (id->qp != SIM_QP_RTS)
 		return -EINVAL;
 
 	/* READ writes what comes back into the local SGEs. */
@@ -1495,7 +1506,7 @@ static int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr)
 	}
 	/* A responder that is gone or in ERR drops the packets: the transport retries run out. */
 	peer = id->peer;
-	if (!peer || !peer->has_qp || peer->qp_state != QSM_QP_RTS) {
+	if (!peer || peer->qp != SIM_QP_RTS) {
 		send_failed(id, wr, QSM_WC_RETRY_EXC_ERR);
 		return 0;
 	}
@@ -1513,11 +1524,11 @@ static int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_f
 	struct sim_id *id = to_id(fid);
 	struct sim_recv *r;
 
-	if (!id || !id->has_qp)
+	if (!id || id->qp == SIM_QP_NONE)
 		return -EINVAL;
 	if (sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
 		return -EINVAL;
-	if (id->qp_state == QSM_QP_ERR) {
+	if (id->qp == SIM_QP_ERR) {
 		complete(id, wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
 		return 0;
 	}
@@ -1795,7 +1806,7 @@ static int qp_id(struct qsm_sim *sim, struct qsm_fabric *base, void *owner, stru
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
 
-		if (id->owner == owner && id->has_qp) {
+		if (id->owner == owner && id->qp != SIM_QP_NONE) {
 			*ret = id;
 			return 0;
 		}
@@ -1814,10 +1825,18 @@ int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
 	return 0;
 }
 
+/* What the hardware reports for each QP the sim models (qp_id() finds none of SIM_QP_NONE). */
+static const enum qsm_qp_state qp_state_reported[] = {
+	[SIM_QP_NONE] = QSM_QP_RESET,
+	[SIM_QP_INIT] = QSM_QP_INIT,
+	[SIM_QP_RTS] = QSM_QP_RTS,
+	[SIM_QP_ERR] = QSM_QP_ERR,
+};
+
 int qsm_sim_qp_state(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
 {
 	struct sim_id *id;
 	int r = qp_id(sim, f, owner, &id);
 
-	return r < 0 ? r : (int)id->qp_state;
+	return r < 0 ? r : (int)qp_state_reported[id->qp];
 }
