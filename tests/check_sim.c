@@ -1,4 +1,4 @@
-/* rdma-qsm: the simulated fabric (src/fabric/sim/sim.c, qsm/sim.h) against the kernel rdma_cm
+/* rdma-qsm: the simulated fabric (src/fabric/sim/, qsm/sim.h) against the kernel rdma_cm
  * behaviour it stands in for: one test per behaviour, each asserting what the runtime would see. */
 #include <arpa/inet.h>
 #include <check.h>

@@ -1,0 +1,450 @@
+/* rdma-qsm: the sim fabric's verbs: the hardware QP of an id (enum sim_qp), memory regions, and
+ * RC work requests that execute when posted, with their completions and errors as on the wire. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "world.h"
+
+#define MSG_MAX (1ull << 31)     /* max_msg_sz of every RC HCA */
+
+/* ---- QPs and their completions ---- */
+
+/*
+ * One work completion, to the id's owner.  An error other than a flush is also the
+ * QP's WC_ERROR, once per QP, right behind it (-EIO, as the rdmacm backend reports it).
+ */
+static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcode,
+		     enum qsm_wc_status status, uint32_t byte_len)
+{
+	struct qsm_fabric_wc wc = { .wr_id = wr_id, .status = status, .opcode = opcode,
+				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
+
+	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = &wc });
+	if (status != QSM_WC_SUCCESS && status != QSM_WC_WR_FLUSH_ERR && !id->wc_error_sent) {
+		id->wc_error_sent = true;
+		sim_post_simple(id, QSM_EV_WC_ERROR, -EIO);
+	}
+}
+
+static void recv_free(struct sim_id *id, struct sim_recv *r)
+{
+	qsm_list_del(&r->node);
+	id->nrecvs--;
+	free(r);
+}
+
+/*
+ * The QP enters ERR: what it still holds flushes, in post order, at once, so the
+ * completions precede whatever reports the cause (DISCONNECTED, DRAINED, ...).
+ */
+void sim_qp_err(struct sim_id *id)
+{
+	if (id->qp == SIM_QP_NONE)
+		return;
+	id->qp = SIM_QP_ERR;
+	while (!qsm_list_empty(&id->recvs)) {
+		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
+
+		complete(id, r->wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
+		recv_free(id, r);
+	}
+}
+
+/* A connection came up: the sim moves its QPs through RTR to RTS at once. */
+void sim_qp_rts(struct sim_id *id)
+{
+	id->qp = SIM_QP_RTS;
+}
+
+/* An affiliated asynchronous error (IBV_EVENT_QP_FATAL, QP_ACCESS_ERR, ...). */
+void sim_qp_fatal(struct sim_id *id)
+{
+	sim_qp_err(id);
+	sim_post_simple(id, QSM_EV_QP_FATAL, 0);
+}
+
+/* The QP is gone with what it held: no completion for its WRs, as with
+ * ibv_destroy_qp, which also cleans its CQEs not yet polled from the CQ. */
+static void qp_destroy(struct sim_id *id)
+{
+	struct qsm_sim *sim = id->fab->sim;
+
+	if (id->qp == SIM_QP_NONE)
+		return;
+	while (!qsm_list_empty(&id->recvs))
+		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
+	sim_drop_events(id, QSM_EV_COMPLETION);
+	id->qp = SIM_QP_NONE;
+	id->dev->nqps--;
+	sim->st.qps--;
+	sim_device_settle(id->dev);
+}
+
+int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr)
+{
+	struct sim_id *id = to_id(fid);
+	struct qsm_sim *sim;
+
+	if (!id || !attr)
+		return -EINVAL;
+	sim = id->fab->sim;
+	if (!id->dev)
+		return -EINVAL;
+	if (id->qp != SIM_QP_NONE)
+		return -EEXIST;
+	if (!device_up(id->dev))
+		return -ENODEV;
+	if (sim_fault_take(sim, QSM_SIM_FAULT_ENOMEM))
+		return -ENOMEM;
+	id->qp = SIM_QP_INIT;
+	id->cap = *attr;
+	id->wc_error_sent = false;
+	id->dev->nqps++;
+	sim->st.qps++;
+	return 0;
+}
+
+void sim_destroy_qp(struct qsm_fid *fid)
+{
+	if (fid)
+		qp_destroy(to_id(fid));
+}
+
+int sim_drain(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id)
+		return -EINVAL;
+	if (id->qp == SIM_QP_NONE)
+		return -EINVAL;
+	/* No device check: draining is how the runtime lets go of a device being removed.
+	 * The marker is posted last, so it flushes behind every WR posted before it. */
+	sim_qp_err(id);
+	sim_post_simple(id, QSM_EV_DRAINED, 0);
+	return 0;
+}
+
+/* ---- MRs ---- */
+
+/*
+ * The kernel pins every page of an MR (ib_umem_get) and fails with -EFAULT where one is not
+ * mapped; mincore() tells the same without pinning, a bounded batch of pages per call.
+ */
+static bool range_mapped(uintptr_t addr, size_t len)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), p = addr & ~(pg - 1), end = addr + len;
+	unsigned char vec[4096];
+
+	while (p < end) {
+		size_t n = (end - p - 1) / pg + 1; /* no overflow near the top of the space */
+
+		if (n > sizeof(vec))
+			n = sizeof(vec);
+		if (mincore((void *)p, n * pg, vec) < 0 && errno == ENOMEM)
+			return false;
+		p += n * pg;
+	}
+	return true;
+}
+
+int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
+	       uint32_t *lkey, uint32_t *rkey)
+{
+	struct sim_device *d = to_dev(fdev);
+	struct sim_mr *mr;
+
+	if (!d || !addr || !len || !ret || !lkey || !rkey)
+		return -EINVAL;
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+		return -EINVAL;
+	/* ibv_reg_mr: remote write needs local write. */
+	if ((access & QSM_ACCESS_REMOTE_WRITE) && !(access & QSM_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	/* A length that is really an address, or a wrapped size: no HCA would take it. */
+	if (len > QSM_SIM_MAX_MR_SIZE || (uintptr_t)addr + len < (uintptr_t)addr)
+		return -EINVAL;
+	if (!range_mapped((uintptr_t)addr, len))
+		return -EFAULT;
+	if (!device_up(d))
+		return -ENODEV;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->dev = d;
+	mr->addr = (uintptr_t)addr;
+	mr->len = len;
+	mr->access = access;
+	/* Distinct lkey and rkey, so that a ULP that mixes them up fails here as on some HCAs. */
+	mr->lkey = ++d->sim->next_key;
+	mr->rkey = ++d->sim->next_key;
+	qsm_list_add_tail(&d->mrs, &mr->node);
+	d->nmrs++;
+	d->sim->st.mrs++;
+	*ret = (struct qsm_fmr *)(void *)mr;
+	*lkey = mr->lkey;
+	*rkey = mr->rkey;
+	return 0;
+}
+
+void sim_dereg_mr(struct qsm_fmr *fmr)
+{
+	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
+	struct sim_device *d;
+
+	if (!mr)
+		return;
+	d = mr->dev;
+	qsm_list_del(&mr->node);
+	d->nmrs--;
+	d->sim->st.mrs--;
+	free(mr);
+	sim_device_settle(d);
+}
+
+static bool mr_covers(const struct sim_mr *mr, uint64_t addr, uint64_t len)
+{
+	return addr >= mr->addr && len <= mr->len && addr - mr->addr <= mr->len - len;
+}
+
+/* The MR of `d` that `key` names (an lkey, or an rkey if `remote`), or NULL. */
+static struct sim_mr *mr_by_key(struct sim_device *d, uint32_t key, bool remote)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &d->mrs) {
+		struct sim_mr *mr = qsm_container_of(pos, struct sim_mr, node);
+
+		if ((remote ? mr->rkey : mr->lkey) == key)
+			return mr;
+	}
+	return NULL;
+}
+
+/* Does `key` on `d` grant `access` to [addr, addr + len)? */
+static bool mr_grants(struct sim_device *d, uint32_t key, bool remote, uint64_t addr, uint64_t len,
+		      int access)
+{
+	struct sim_mr *mr = mr_by_key(d, key, remote);
+
+	return mr && (mr->access & access) == access && mr_covers(mr, addr, len);
+}
+
+/* ---- posts: WRs execute when posted, against the MRs their keys name ---- */
+
+/* Every SGE of a local list names an MR of `d` that covers it with `access`. */
+static bool sges_valid(struct sim_device *d, const struct qsm_fabric_sge *sg, int n, int access)
+{
+	for (int i = 0; i < n; i++)
+		if (!mr_grants(d, sg[i].lkey, false, sg[i].addr, sg[i].length, access))
+			return false;
+	return true;
+}
+
+static uint64_t sges_len(const struct qsm_fabric_sge *sg, int n)
+{
+	uint64_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += sg[i].length;
+	return len;
+}
+
+/* Gather from `src` and scatter into `dst`, as far as both go; memmove, as a loopback
+ * transfer may overlap itself. */
+static void sges_copy(const struct qsm_fabric_sge *dst, int dn, const struct qsm_fabric_sge *src, int sn)
+{
+	int di = 0, si = 0;
+	uint32_t doff = 0, soff = 0;
+
+	while (di < dn && si < sn) {
+		uint32_t n = dst[di].length - doff;
+
+		if (n > src[si].length - soff)
+			n = src[si].length - soff;
+		/* an empty SGE may have any address, NULL included, which memmove must not get */
+		if (n)
+			memmove((void *)(uintptr_t)(dst[di].addr + doff),
+				(const void *)(uintptr_t)(src[si].addr + soff), n);
+		doff += n;
+		soff += n;
+		if (doff == dst[di].length) {
+			di++;
+			doff = 0;
+		}
+		if (soff == src[si].length) {
+			si++;
+			soff = 0;
+		}
+	}
+}
+
+/* A send WR that failed: its completion, signaled or not, and the QP goes to ERR. */
+static void send_failed(struct sim_id *id, const struct qsm_fabric_wr *wr, enum qsm_wc_status status)
+{
+	complete(id, wr->wr_id, wr->opcode, status, 0);
+	sim_qp_err(id);
+}
+
+static void send_done(struct sim_id *id, const struct qsm_fabric_wr *wr, uint32_t byte_len)
+{
+	if (wr->signaled)
+		complete(id, wr->wr_id, wr->opcode, QSM_WC_SUCCESS, byte_len);
+}
+
+/*
+ * A SEND lands in the peer's first posted receive.  The responder detects its errors
+ * first and completes that receive in error; the requester then gets the NAK: REM_INV_REQ
+ * or REM_OP_ERR on hardware, GENERAL_ERR here (the subset of fabric.h has neither).
+ */
+static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
+{
+	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
+	struct sim_recv *r;
+	enum qsm_wc_status rstatus = QSM_WC_SUCCESS;
+
+	if (qsm_list_empty(&peer->recvs)) {
+		/* RNR NAKs until the retries run out.  An RNR NAK is flow control: the responder's
+		 * QP stays in RTS and hears nothing. */
+		send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
+		return;
+	}
+	r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
+	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE))
+		rstatus = QSM_WC_LOC_PROT_ERR;
+	else if (len > sges_len(r->sge, r->num_sge))
+		rstatus = QSM_WC_LOC_LEN_ERR;
+	if (rstatus != QSM_WC_SUCCESS) {
+		complete(peer, r->wr_id, QSM_WR_RECV, rstatus, 0);
+		recv_free(peer, r);
+		sim_qp_err(peer);
+		send_failed(id, wr, QSM_WC_GENERAL_ERR);
+		return;
+	}
+	sges_copy(r->sge, r->num_sge, wr->sg_list, wr->num_sge);
+	complete(peer, r->wr_id, QSM_WR_RECV, QSM_WC_SUCCESS, (uint32_t)len);
+	recv_free(peer, r);
+	send_done(id, wr, 0);
+}
+
+/*
+ * RDMA WRITE and READ reach the peer's memory through its rkey; the peer's owner sees
+ * nothing unless the rkey is refused: then the responder's QP goes to ERR with an
+ * affiliated async error (IBV_EVENT_QP_ACCESS_ERR, reported as QP_FATAL) and the
+ * requester gets REM_ACCESS_ERR.  A zero-length transfer checks neither rkey nor remote
+ * address and moves nothing (IBA C9-88; rxe's check_rkey does the same).
+ */
+static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
+{
+	bool write = wr->opcode == QSM_WR_RDMA_WRITE;
+	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
+	struct qsm_fabric_sge remote = { .addr = wr->remote_addr, .length = (uint32_t)len };
+
+	if (!len) {
+		send_done(id, wr, 0);
+		return;
+	}
+	if (!mr_grants(peer->dev, wr->rkey, true, wr->remote_addr, len,
+		       write ? QSM_ACCESS_REMOTE_WRITE : QSM_ACCESS_REMOTE_READ)) {
+		sim_qp_fatal(peer);
+		send_failed(id, wr, QSM_WC_REM_ACCESS_ERR);
+		return;
+	}
+	if (write)
+		sges_copy(&remote, 1, wr->sg_list, wr->num_sge);
+	else
+		sges_copy(wr->sg_list, wr->num_sge, &remote, 1);
+	send_done(id, wr, write ? 0 : (uint32_t)len);
+}
+
+static uint32_t sge_cap(uint32_t asked)
+{
+	uint32_t n = asked ? asked : 1;
+
+	return n < QSM_FABRIC_MAX_SGE ? n : QSM_FABRIC_MAX_SGE;
+}
+
+static int sges_check(const struct qsm_fabric_sge *sg, int n, uint32_t asked)
+{
+	if (n < 0 || (uint32_t)n > sge_cap(asked) || (n && !sg))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
+ * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
+ * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.
+ */
+int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_id *peer;
+
+	if (!id || !wr || id->qp == SIM_QP_NONE)
+		return -EINVAL;
+	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_RDMA_WRITE && wr->opcode != QSM_WR_RDMA_READ)
+		return -EINVAL;
+	if (sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
+		return -EINVAL;
+	if (id->qp == SIM_QP_ERR) {
+		complete(id, wr->wr_id, wr->opcode, QSM_WC_WR_FLUSH_ERR, 0);
+		return 0;
+	}
+	if (id->qp != SIM_QP_RTS)
+		return -EINVAL;
+
+	/* READ writes what comes back into the local SGEs. */
+	if (!sges_valid(id->dev, wr->sg_list, wr->num_sge,
+			wr->opcode == QSM_WR_RDMA_READ ? QSM_ACCESS_LOCAL_WRITE : 0)) {
+		send_failed(id, wr, QSM_WC_LOC_PROT_ERR);
+		return 0;
+	}
+	if (sges_len(wr->sg_list, wr->num_sge) > MSG_MAX) {
+		send_failed(id, wr, QSM_WC_LOC_LEN_ERR);
+		return 0;
+	}
+	/* A responder that is gone or in ERR drops the packets: the transport retries run out. */
+	peer = id->peer;
+	if (!peer || peer->qp != SIM_QP_RTS) {
+		send_failed(id, wr, QSM_WC_RETRY_EXC_ERR);
+		return 0;
+	}
+	if (wr->opcode == QSM_WR_SEND)
+		send_to(id, peer, wr);
+	else
+		rdma_to(id, peer, wr);
+	return 0;
+}
+
+/* Receives may be posted from INIT on; they wait, in order, for SENDs; in ERR they flush. */
+int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+		  int num_sge)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_recv *r;
+
+	if (!id || id->qp == SIM_QP_NONE)
+		return -EINVAL;
+	if (sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
+		return -EINVAL;
+	if (id->qp == SIM_QP_ERR) {
+		complete(id, wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
+		return 0;
+	}
+	if (id->nrecvs >= id->cap.max_recv_wr)
+		return -ENOMEM;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->wr_id = wr_id;
+	r->num_sge = num_sge;
+	if (num_sge)
+		memcpy(r->sge, sg_list, (size_t)num_sge * sizeof(*sg_list));
+	qsm_list_add_tail(&id->recvs, &r->node);
+	id->nrecvs++;
+	return 0;
+}
