@@ -1,4 +1,4 @@
-/* rdma-qsm: the pieces of the rdmacm fabric (src/fabric/rdmacm/rdmacm.c) that need no RDMA device,
+/* rdma-qsm: the pieces of the rdmacm fabric (src/fabric/rdmacm/) that need no RDMA device,
  * tested alone: how rdma_cm's events are named, and the queue that must never lose a completion. */
 #include <check.h>
 #include <errno.h>

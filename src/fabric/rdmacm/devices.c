@@ -1,0 +1,361 @@
+/* rdma-qsm: the devices of the rdmacm fabric: one object per RDMA device, its PD and shared CQ,
+ * its async events, and the device list polled for DEVICE_ADDED. */
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "addr.h"
+#include "fabric/rdmacm/rdmacm.h"
+
+#define CQ_INITIAL 1024           /* entries of a device's shared CQ; resized as QPs come */
+
+static bool dev_match(const struct qsm_fdev *d, int index, uint64_t guid, const char *name)
+{
+	if (d->index >= 0 && index >= 0)
+		return d->index == index && !strcmp(d->name, name);
+	return d->guid == guid && !strcmp(d->name, name);
+}
+
+/* The device object for a device; a removed one too when `any` (an id of it may still
+ * report it: the kernel index never comes back, so this cannot confuse two devices). */
+static struct qsm_fdev *dev_find(struct rc_fabric *f, int index, uint64_t guid, const char *name,
+				 bool any)
+{
+	struct qsm_list *pos, *tmp;
+	struct qsm_fdev *gone = NULL;
+
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+
+		if (!dev_match(d, index, guid, name))
+			continue;
+		if (d->present)
+			return d;
+		if (!gone && index >= 0)
+			gone = d;
+	}
+	return any ? gone : NULL;
+}
+
+static struct qsm_fdev *dev_new(struct rc_fabric *f, struct ibv_device *ibdev)
+{
+	struct qsm_fdev *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->fab = f;
+	d->index = ibv_get_device_index(ibdev);
+	d->guid = ibv_get_device_guid(ibdev);
+	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ibdev));
+	d->present = true;
+	qsm_list_init(&d->vnode);
+	for (int i = 0; i < QP_BUCKETS; i++)
+		qsm_list_init(&d->qps[i]);
+	qsm_list_add_tail(&f->devs, &d->node);
+	return d;
+}
+
+static struct qsm_fdev *dev_of_verbs(struct rc_fabric *f, struct ibv_context *verbs)
+{
+	struct ibv_device *ibdev = verbs->device;
+	struct qsm_fdev *d = dev_find(f, ibv_get_device_index(ibdev), ibv_get_device_guid(ibdev),
+				      ibv_get_device_name(ibdev), true);
+
+	if (!d) {
+		d = dev_new(f, ibdev);
+		/* An id met the device before the poll did: it is new all the same, and
+		 * the queues waiting in the gap must hear of it now, not after their backoff. */
+		if (d && f->polled_once)
+			pending_push(f, QSM_EV_DEVICE_ADDED, 0, NULL, d, false);
+	}
+	if (d && !d->verbs)
+		d->verbs = verbs;
+	return d;
+}
+
+void qsm_rc_fid_attach(struct qsm_fid *id)
+{
+	if (id->dev || !id->cm->verbs)
+		return;
+	id->dev = dev_of_verbs(id->fab, id->cm->verbs);
+	if (id->dev)
+		id->dev->nids++;
+	id->vc = qsm_rc_vctx_get(id->cm->verbs, id->cm);
+}
+
+static void dev_release_resources(struct qsm_fdev *d)
+{
+	struct rc_fabric *f = d->fab;
+
+	if (!d->pd)
+		return;
+	qsm_rc_vctx_unlink(&d->vnode);
+	epoll_del(f, d->cc->fd);
+	epoll_del(f, d->verbs->async_fd);
+	ibv_destroy_cq(d->cq);
+	ibv_destroy_comp_channel(d->cc);
+	ibv_dealloc_pd(d->pd);
+	d->cq = NULL;
+	d->cc = NULL;
+	d->pd = NULL;
+	qsm_pending_drop(&f->pq, NULL, d);
+	qsm_rc_vctx_put(d->vc);
+	d->vc = NULL;
+}
+
+void qsm_rc_dev_settle(struct qsm_fdev *d)
+{
+	if (!d->gets && !d->nqps && !d->nmrs)
+		dev_release_resources(d);
+	if (d->present || d->gets || d->nqps || d->nmrs || d->nids)
+		return;
+	qsm_pending_drop(&d->fab->pq, NULL, d);
+	qsm_list_del(&d->node);
+	free(d);
+}
+
+void qsm_rc_dev_removed(struct qsm_fdev *d)
+{
+	d->present = false;
+	if (d->verbs)
+		qsm_rc_vctx_removed(d->verbs);
+	qsm_rc_dev_settle(d);
+}
+
+int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
+{
+	struct rc_fabric *f = d->fab;
+	struct ibv_device_attr attr;
+	int r;
+
+	if (d->pd)
+		return 0;
+	if (!d->verbs)
+		return -ENODEV;
+	if (ibv_query_device(d->verbs, &attr))
+		return -ENODEV;
+	d->vc = qsm_rc_vctx_get(d->verbs, via);
+	if (!d->vc)
+		return -ENOMEM;
+	d->max_cqe = attr.max_cqe;
+	d->max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX : attr.max_qp_rd_atom);
+	d->max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX :
+					attr.max_qp_init_rd_atom);
+	d->cq_cap = CQ_INITIAL < attr.max_cqe ? CQ_INITIAL : attr.max_cqe;
+	d->pd = ibv_alloc_pd(d->verbs);
+	if (!d->pd) {
+		r = errno_or(ENOMEM);
+		goto fail;
+	}
+	d->cc = ibv_create_comp_channel(d->verbs);
+	if (!d->cc) {
+		r = errno_or(ENOMEM);
+		goto fail;
+	}
+	d->cq = ibv_create_cq(d->verbs, d->cq_cap, d, d->cc, 0);
+	if (!d->cq) {
+		r = errno_or(ENOMEM);
+		goto fail;
+	}
+	d->cq_cap = d->cq->cqe;
+	if ((r = -ibv_req_notify_cq(d->cq, 0)) < 0 || (r = set_nonblock(d->cc->fd)) < 0 ||
+	    (r = set_nonblock(d->verbs->async_fd)) < 0 || (r = epoll_add(f, d->cc->fd)) < 0)
+		goto fail;
+	/* Another fabric of the process may watch the same async fd: that is fine. */
+	r = epoll_add(f, d->verbs->async_fd);
+	if (r < 0 && r != -EEXIST) {
+		epoll_del(f, d->cc->fd);
+		goto fail;
+	}
+	qsm_rc_vctx_link(d->vc, &d->vnode);
+	return 0;
+fail:
+	if (d->cq)
+		ibv_destroy_cq(d->cq);
+	if (d->cc)
+		ibv_destroy_comp_channel(d->cc);
+	if (d->pd)
+		ibv_dealloc_pd(d->pd);
+	d->cq = NULL;
+	d->cc = NULL;
+	d->pd = NULL;
+	qsm_rc_vctx_put(d->vc);
+	d->vc = NULL;
+	return r;
+}
+
+/* The shared CQ must hold every completion its QPs can have outstanding. */
+int qsm_rc_cq_reserve(struct qsm_fdev *d, int more)
+{
+	int need = d->cq_need + more, cap = d->cq_cap;
+
+	if (need <= cap)
+		return 0;
+	if (need > d->max_cqe)
+		return -ENOMEM;
+	while (cap < need)
+		cap = cap * 2 > d->max_cqe ? d->max_cqe : cap * 2;
+	if (ibv_resize_cq(d->cq, cap))
+		return -ENOMEM;
+	d->cq_cap = d->cq->cqe;
+	return d->cq_cap >= need ? 0 : -ENOMEM;
+}
+
+/* ---- async events ---- */
+
+/* QP_FATAL for an id; from whichever fabric read the async event. */
+static void route_qp_fatal(struct ibv_qp *qp)
+{
+	struct qsm_fid *id = qp->qp_context;
+
+	if (id)
+		pending_push(id->fab, QSM_EV_QP_FATAL, -EIO, id, NULL, false);
+}
+
+/* Every fabric's device on the context: each expands it to its own QPs (in get_event). */
+static void push_device_fatal(struct qsm_list *vnode)
+{
+	struct qsm_fdev *d = qsm_container_of(vnode, struct qsm_fdev, vnode);
+
+	pending_push(d->fab, QSM_EV_QP_FATAL, -EIO, NULL, d, true);
+}
+
+void qsm_rc_harvest_async(struct rc_fabric *f)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+		struct ibv_async_event ae;
+
+		if (!d->pd)
+			continue;
+		while (ibv_get_async_event(d->verbs, &ae) == 0) {
+			switch (ae.event_type) {
+			case IBV_EVENT_QP_FATAL:
+			case IBV_EVENT_QP_REQ_ERR:
+			case IBV_EVENT_QP_ACCESS_ERR:
+				route_qp_fatal(ae.element.qp);
+				break;
+			case IBV_EVENT_CQ_ERR:
+			case IBV_EVENT_DEVICE_FATAL:
+				/* a shared CQ that overflowed is as dead as the device */
+				qsm_rc_vctx_each_link(d->verbs, push_device_fatal);
+				break;
+			default:
+				d->async_other++;
+				break;
+			}
+			ibv_ack_async_event(&ae);
+		}
+	}
+}
+
+/* ---- the device list ---- */
+
+void qsm_rc_poll_devices(struct rc_fabric *f)
+{
+	uint64_t ticks;
+	struct ibv_device **list;
+	struct qsm_list *pos, *tmp;
+	int n;
+
+	if (f->polled_once && read(f->tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
+		return;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return;
+	{
+		bool seen[n > 0 ? n : 1];
+
+		memset(seen, 0, sizeof(seen));
+		qsm_list_each(pos, tmp, &f->devs) {
+			struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+			bool found = false;
+
+			if (!d->present)
+				continue;
+			for (int i = 0; i < n; i++) {
+				if (dev_match(d, ibv_get_device_index(list[i]), ibv_get_device_guid(list[i]),
+					      ibv_get_device_name(list[i]))) {
+					seen[i] = found = true;
+					break;
+				}
+			}
+			/* Not authoritative for the context: only rdma_cm's DEVICE_REMOVAL is. */
+			if (!found) {
+				d->present = false;
+				qsm_rc_dev_settle(d);
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			struct qsm_fdev *d;
+
+			if (seen[i])
+				continue;
+			d = dev_new(f, list[i]);
+			if (d && f->polled_once)
+				pending_push(f, QSM_EV_DEVICE_ADDED, 0, NULL, d, false);
+		}
+	}
+	ibv_free_device_list(list);
+	f->polled_once = true;
+}
+
+/* ---- device ops ---- */
+
+void qsm_rc_device_get(struct qsm_fdev *d)
+{
+	if (d)
+		d->gets++;
+}
+
+void qsm_rc_device_put(struct qsm_fdev *d)
+{
+	if (!d || !d->gets)
+		return;
+	d->gets--;
+	qsm_rc_dev_settle(d);
+}
+
+const char *qsm_rc_device_name(struct qsm_fdev *d)
+{
+	return d ? d->name : NULL;
+}
+
+/* An address whose interface the device serves: a temporary id bound to each candidate
+ * tells which device rdma_cm picks for it. */
+int qsm_rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss)
+{
+	struct ifaddrs *ifa, *i;
+	int r = -ENOENT;
+
+	if (!d || !ss)
+		return -EINVAL;
+	if (!d->present)
+		return -ENOENT;
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	for (i = ifa; i && r == -ENOENT; i = i->ifa_next) {
+		struct sockaddr_storage cand;
+		struct rdma_cm_id *tmp;
+
+		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || qsm_sockaddr_copy(&cand, i->ifa_addr) < 0)
+			continue;
+		if (rdma_create_id(d->fab->ch, &tmp, NULL, RDMA_PS_TCP) < 0)
+			continue;
+		if (rdma_bind_addr(tmp, (struct sockaddr *)&cand) == 0 && tmp->verbs &&
+		    dev_match(d, ibv_get_device_index(tmp->verbs->device),
+			      ibv_get_device_guid(tmp->verbs->device),
+			      ibv_get_device_name(tmp->verbs->device))) {
+			*ss = cand;
+			r = 0;
+		}
+		rdma_destroy_id(tmp);
+	}
+	freeifaddrs(ifa);
+	return r;
+}

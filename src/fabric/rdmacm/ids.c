@@ -1,0 +1,295 @@
+/* rdma-qsm: the rdma_cm ids of the rdmacm fabric: create, bind, resolve, connect, accept, reject,
+ * disconnect, destroy, and the CM channel whose events are copied and acked one at a time. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addr.h"
+#include "fabric/rdmacm/cm_event.h"
+#include "fabric/rdmacm/rdmacm.h"
+
+static struct qsm_fid *fid_new(struct rc_fabric *f, struct rdma_cm_id *cm, void *owner)
+{
+	struct qsm_fid *id = calloc(1, sizeof(*id));
+
+	if (!id)
+		return NULL;
+	id->fab = f;
+	id->cm = cm;
+	id->owner = owner;
+	qsm_list_init(&id->qp_node);
+	qsm_list_init(&id->wq[WQ_SEND]);
+	qsm_list_init(&id->wq[WQ_RECV]);
+	cm->context = id;
+	qsm_list_add_tail(&f->ids, &id->node);
+	return id;
+}
+
+int qsm_rc_create_id(struct qsm_fabric *base, void *owner, struct qsm_fid **ret)
+{
+	struct rc_fabric *f;
+	struct rdma_cm_id *cm;
+	struct qsm_fid *id;
+
+	if (!base || !ret)
+		return -EINVAL;
+	f = to_fab(base);
+	if (rdma_create_id(f->ch, &cm, NULL, RDMA_PS_TCP) < 0)
+		return errno_or(ENOMEM);
+	id = fid_new(f, cm, owner);
+	if (!id) {
+		rdma_destroy_id(cm);
+		return -ENOMEM;
+	}
+	*ret = id;
+	return 0;
+}
+
+void qsm_rc_set_owner(struct qsm_fid *id, void *owner)
+{
+	if (id)
+		id->owner = owner;
+}
+
+void qsm_rc_destroy_id(struct qsm_fid *id)
+{
+	struct qsm_fdev *d;
+
+	if (!id)
+		return;
+	qsm_rc_destroy_qp(id);
+	qsm_pending_drop(&id->fab->pq, id, NULL);
+	/* Acked events only, so this cannot wait on anything of ours. */
+	rdma_destroy_id(id->cm);
+	qsm_list_del(&id->node);
+	d = id->dev;
+	qsm_rc_vctx_put(id->vc);
+	free(id);
+	if (d) {
+		d->nids--;
+		qsm_rc_dev_settle(d);
+	}
+}
+
+int qsm_rc_bind(struct qsm_fid *id, const struct sockaddr *addr)
+{
+	struct sockaddr_storage ss;
+	int r;
+
+	if (!id || !addr)
+		return -EINVAL;
+	if ((r = qsm_sockaddr_copy(&ss, addr)) < 0)
+		return r;
+	if (rdma_bind_addr(id->cm, (struct sockaddr *)&ss) < 0)
+		return errno_or(EINVAL);
+	qsm_rc_fid_attach(id);
+	return 0;
+}
+
+int qsm_rc_listen(struct qsm_fid *id, int backlog)
+{
+	if (!id)
+		return -EINVAL;
+	if (rdma_listen(id->cm, backlog) < 0)
+		return errno_or(EINVAL);
+	qsm_rc_fid_attach(id);
+	return 0;
+}
+
+int qsm_rc_resolve_addr(struct qsm_fid *id, const struct sockaddr *src, const struct sockaddr *dst,
+			int timeout_ms)
+{
+	struct sockaddr_storage s, d;
+	int r;
+
+	if (!id || !dst)
+		return -EINVAL;
+	if ((r = qsm_sockaddr_copy(&d, dst)) < 0 || (src && (r = qsm_sockaddr_copy(&s, src)) < 0))
+		return r;
+	if (rdma_resolve_addr(id->cm, src ? (struct sockaddr *)&s : NULL, (struct sockaddr *)&d,
+			      timeout_ms) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
+int qsm_rc_resolve_route(struct qsm_fid *id, int timeout_ms)
+{
+	if (!id)
+		return -EINVAL;
+	if (!id->cm->verbs)   /* librdmacm would dereference it */
+		return -EINVAL;
+	if (rdma_resolve_route(id->cm, timeout_ms) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
+static uint8_t clamp_rd(unsigned v)
+{
+	return (uint8_t)(v < 1 ? 1 : v > RD_ATOM_MAX ? RD_ATOM_MAX : v);
+}
+
+/*
+ * As rping: RDMA READ needs responder resources (reads the peer may have in flight here) and
+ * an initiator depth (reads we may have in flight there), at least 1 each; retries at the
+ * maximum (rnr_retry_count 7 = retry forever on RNR NAK).  The device's limits, at most
+ * RD_ATOM_MAX; accept answers no more than the request offered.
+ */
+static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void *pdata, size_t len,
+		       bool accept)
+{
+	unsigned resp = id->dev && id->dev->max_rd_atom ? id->dev->max_rd_atom : 1;
+	unsigned init = id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1;
+
+	if (accept) {
+		if (id->req_initiator_depth < resp)
+			resp = id->req_initiator_depth;
+		if (id->req_responder_resources < init)
+			init = id->req_responder_resources;
+	}
+	memset(p, 0, sizeof(*p));
+	p->private_data = len ? pdata : NULL;
+	p->private_data_len = (uint8_t)len;
+	p->responder_resources = clamp_rd(resp);
+	p->initiator_depth = clamp_rd(init);
+	p->flow_control = 1;
+	p->retry_count = 7;
+	p->rnr_retry_count = 7;
+}
+
+int qsm_rc_connect(struct qsm_fid *id, const void *pdata, size_t len)
+{
+	struct rdma_conn_param p;
+
+	if (!id || len > 255 || (len && !pdata))
+		return -EINVAL;
+	conn_param(id, &p, pdata, len, false);
+	if (rdma_connect(id->cm, &p) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
+int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len)
+{
+	struct rdma_conn_param p;
+
+	if (!id || len > 255 || (len && !pdata))
+		return -EINVAL;
+	if (!id->cm->qp)   /* librdmacm would read the QP number from conn_param */
+		return -EINVAL;
+	conn_param(id, &p, pdata, len, true);
+	if (rdma_accept(id->cm, &p) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
+int qsm_rc_reject(struct qsm_fid *id, const void *pdata, size_t len)
+{
+	if (!id || len > 255 || (len && !pdata))
+		return -EINVAL;
+	if (rdma_reject(id->cm, pdata, (uint8_t)len) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
+int qsm_rc_disconnect(struct qsm_fid *id)
+{
+	if (!id)
+		return -EINVAL;
+	if (!id->cm->verbs)   /* never had a device: nothing to disconnect */
+		return -EINVAL;
+	if (rdma_disconnect(id->cm) < 0)
+		return errno_or(EINVAL);
+	/* librdmacm moved an IB/RoCE QP to ERR (iWARP: to SQD, and the drain follows) */
+	if (id->has_qp && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IB)
+		id->qp_err = true;
+	return 0;
+}
+
+struct qsm_fdev *qsm_rc_id_device(struct qsm_fid *id)
+{
+	if (!id)
+		return NULL;
+	qsm_rc_fid_attach(id);
+	return id->dev;
+}
+
+int qsm_rc_id_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss)
+{
+	struct sockaddr *sa;
+
+	if (!id || !ss)
+		return -EINVAL;
+	sa = rdma_get_local_addr(id->cm);
+	if (qsm_sockaddr_copy(ss, sa) < 0)
+		return -ENOENT;
+	return 0;
+}
+
+/* ---- the CM channel ---- */
+
+static void fill_pdata(struct qsm_fabric_event *ev, const struct rdma_cm_event *ce)
+{
+	size_t len = ce->param.conn.private_data_len;
+
+	if (!ce->param.conn.private_data)
+		len = 0;
+	if (len > QSM_FABRIC_PDATA_MAX)
+		len = QSM_FABRIC_PDATA_MAX;
+	ev->private_data_len = len;
+	if (len)
+		memcpy(ev->private_data, ce->param.conn.private_data, len);
+}
+
+int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
+{
+	for (;;) {
+		struct rdma_cm_event *ce;
+		struct qsm_fid *id, *lid = NULL;
+
+		if (rdma_get_cm_event(f->ch, &ce) < 0) {
+			/* ENODEV: librdmacm has no device at all right now, so no event either */
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENODEV || errno == EINTR)
+				return -EAGAIN;
+			return -errno;
+		}
+		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
+		ev->event = qsm_cm_event_map((int)ce->event);
+		ev->status = ev->event == QSM_EV_CM_UNKNOWN ? (int)ce->event : ce->status;
+		fill_pdata(ev, ce);
+		if (ev->event == QSM_EV_CM_UNKNOWN && !ce->id->context) {
+			/* Every id of ours has a context: this is one the kernel made for us (as it does
+			 * for a request) for an event we cannot name.  Nobody owns it: the ctx counts it
+			 * as an orphan, and the id goes, so that nothing is left behind. */
+			rdma_ack_cm_event(ce);
+			rdma_destroy_id(ce->id);
+			return 0;
+		}
+		if (ce->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			lid = ce->listen_id->context;
+			id = fid_new(f, ce->id, NULL);
+			if (!id) {
+				rdma_reject(ce->id, NULL, 0);
+				rdma_ack_cm_event(ce);
+				rdma_destroy_id(ce->id);
+				continue;
+			}
+			ev->listen_owner = lid ? lid->owner : NULL;
+			id->req_initiator_depth = ce->param.conn.initiator_depth;
+			id->req_responder_resources = ce->param.conn.responder_resources;
+		} else {
+			id = ce->id->context;
+		}
+		rdma_ack_cm_event(ce);
+		qsm_rc_fid_attach(id);
+		ev->id = id;
+		ev->owner = id->owner;
+		if (ev->event == QSM_EV_DEVICE_REMOVAL) {
+			ev->device = id->dev;
+			if (id->dev)
+				qsm_rc_dev_removed(id->dev);
+			else if (id->cm->verbs)
+				qsm_rc_vctx_removed(id->cm->verbs);
+		}
+		return 0;
+	}
+}

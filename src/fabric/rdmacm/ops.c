@@ -1,0 +1,190 @@
+/* rdma-qsm: the rdmacm fabric (public API qsm/rdmacm.h): its qsm_fabric_ops, one epoll fd over
+ * every source, get_event() in order (CM channel, then completions, async and device events). */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <qsm/rdmacm.h>
+
+#include "fabric/rdmacm/rdmacm.h"
+
+#define DEVICE_POLL_SEC 1         /* how often new devices are looked for */
+
+static void rc_destroy(struct qsm_fabric *base)
+{
+	struct rc_fabric *f = to_fab(base);
+	struct qsm_list *pos, *tmp;
+
+	if (!base)
+		return;
+	if (getenv("QSM_RDMACM_STATS"))
+		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu, flush %llu, error %llu, "
+			"dropped %llu; flushes synthesised %llu\n", (unsigned long long)f->posts,
+			(unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
+			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
+			(unsigned long long)f->wc_synth);
+	/* The runtime destroyed every id; what is left is the device list's knowledge. */
+	qsm_list_each(pos, tmp, &f->ids) {
+		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
+
+		qsm_rc_destroy_id(id);
+	}
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+
+		d->gets = 0;
+		d->present = false;
+		qsm_rc_dev_settle(d);
+	}
+	qsm_pending_fini(&f->pq);
+	rdma_destroy_event_channel(f->ch);
+	close(f->epfd);
+	close(f->tfd);
+	free(f);
+}
+
+static int rc_fd(struct qsm_fabric *base)
+{
+	return base ? to_fab(base)->epfd : -EINVAL;
+}
+
+static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
+{
+	struct rc_fabric *f;
+	struct qsm_pending *p;
+	int r;
+
+	if (!base || !ev)
+		return -EINVAL;
+	f = to_fab(base);
+	r = qsm_rc_take_cm_event(f, ev);
+	if (r != -EAGAIN)
+		return r;
+	qsm_rc_pins_take_events();
+	qsm_rc_harvest_completions(f);
+	qsm_rc_harvest_async(f);
+	qsm_rc_poll_devices(f);
+	while ((p = qsm_pending_pop(&f->pq))) {
+		if (p->device_wide) {
+			/* expanded here, in the fabric's own thread, where its QP list is safe */
+			for (int b = 0; b < QP_BUCKETS; b++) {
+				struct qsm_list *pos, *tmp;
+
+				qsm_list_each(pos, tmp, &p->dev->qps[b])
+					pending_push(f, p->event, p->status,
+						     qsm_container_of(pos, struct qsm_fid, qp_node), NULL, false);
+			}
+			qsm_pending_release(p);
+			continue;
+		}
+		if (p->id && p->event == QSM_EV_QP_FATAL) {
+			if (!p->id->has_qp || p->id->fatal_sent) {
+				qsm_pending_release(p);
+				continue;
+			}
+			p->id->fatal_sent = true;
+			p->id->qp_err = true;
+			qsm_rc_wq_flush_heads(p->id);
+		}
+		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
+		ev->wc = p->wc;
+		ev->event = p->event;
+		ev->status = p->status;
+		ev->id = p->id;
+		ev->owner = p->id ? p->id->owner : NULL;
+		ev->device = p->id ? p->id->dev : p->dev;
+		qsm_pending_release(p);
+		return 0;
+	}
+	return -EAGAIN;
+}
+
+static const struct qsm_fabric_ops rc_ops = {
+	.name = "rdmacm",
+	.destroy = rc_destroy,
+	.fd = rc_fd,
+	.get_event = rc_get_event,
+	.create_id = qsm_rc_create_id,
+	.set_owner = qsm_rc_set_owner,
+	.destroy_id = qsm_rc_destroy_id,
+	.bind = qsm_rc_bind,
+	.listen = qsm_rc_listen,
+	.resolve_addr = qsm_rc_resolve_addr,
+	.resolve_route = qsm_rc_resolve_route,
+	.create_qp = qsm_rc_create_qp,
+	.destroy_qp = qsm_rc_destroy_qp,
+	.connect = qsm_rc_connect,
+	.accept = qsm_rc_accept,
+	.reject = qsm_rc_reject,
+	.disconnect = qsm_rc_disconnect,
+	.drain = qsm_rc_drain,
+	.id_device = qsm_rc_id_device,
+	.device_get = qsm_rc_device_get,
+	.device_put = qsm_rc_device_put,
+	.device_name = qsm_rc_device_name,
+	.device_addr = qsm_rc_device_addr,
+	.id_src_addr = qsm_rc_id_src_addr,
+	.reg_mr = qsm_rc_reg_mr,
+	.dereg_mr = qsm_rc_dereg_mr,
+	.post_send = qsm_rc_post_send,
+	.post_recv = qsm_rc_post_recv,
+};
+
+int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
+{
+	struct rc_fabric *f;
+	struct itimerspec its = { { DEVICE_POLL_SEC, 0 }, { DEVICE_POLL_SEC, 0 } };
+	int pin_fd, r;
+
+	if (!ret)
+		return -EINVAL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->base.ops = &rc_ops;
+	f->epfd = f->tfd = f->pq.kfd = -1;
+	qsm_list_init(&f->ids);
+	qsm_list_init(&f->devs);
+	f->ch = rdma_create_event_channel();
+	if (!f->ch) {
+		r = errno_or(ENODEV);
+		goto fail;
+	}
+	pin_fd = qsm_rc_pins_open();
+	if (pin_fd < 0) {
+		r = pin_fd;
+		goto fail;
+	}
+	f->epfd = epoll_create1(EPOLL_CLOEXEC);
+	f->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (f->epfd < 0 || f->tfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if ((r = qsm_pending_init(&f->pq)) < 0)
+		goto fail;
+	if ((r = set_nonblock(f->ch->fd)) < 0 || (r = epoll_add(f, f->ch->fd)) < 0 ||
+	    (r = epoll_add(f, f->tfd)) < 0 || (r = epoll_add(f, f->pq.kfd)) < 0 ||
+	    (r = epoll_add(f, pin_fd)) < 0)
+		goto fail;
+	if (timerfd_settime(f->tfd, 0, &its, NULL) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	qsm_rc_poll_devices(f);   /* what is there now is not "added" */
+	*ret = &f->base;
+	return 0;
+fail:
+	if (f->ch)
+		rdma_destroy_event_channel(f->ch);
+	if (f->epfd >= 0)
+		close(f->epfd);
+	if (f->tfd >= 0)
+		close(f->tfd);
+	qsm_pending_fini(&f->pq);
+	free(f);
+	return r;
+}

@@ -1,0 +1,198 @@
+/* rdma-qsm internal: what the files of the rdmacm fabric share: its objects (fabric, device, id)
+ * and the calls between its layers, ops -> ids -> verbs -> devices -> pins, pending; none upward. */
+#ifndef QSM_FABRIC_RDMACM_H
+#define QSM_FABRIC_RDMACM_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "fabric/fabric.h"
+#include "fabric/rdmacm/pending.h"
+#include "list.h"
+
+#define DEV_NAME_MAX 64           /* IB_DEVICE_NAME_MAX, terminator included */
+#define QP_BUCKETS 256            /* qp_num -> QP, for completions */
+#define RD_ATOM_MAX 16            /* RDMA READs in flight we offer / ask for, at most */
+
+/* ---- objects ---- */
+
+struct vctx;                      /* a process-wide verbs context (pins.c) */
+struct rc_fabric;
+
+struct qsm_fdev {
+	struct qsm_list node;            /* in rc_fabric.devs */
+	struct rc_fabric *fab;
+	int index;                       /* kernel device index: unique across remove + add */
+	uint64_t guid;
+	char name[DEV_NAME_MAX];
+	struct ibv_context *verbs;       /* librdmacm's context, once an id showed it */
+	bool present;                    /* in the device list, as far as we know */
+	unsigned gets, nqps, nids, nmrs;
+	/* shared resources, while gets + nqps + nmrs > 0 and a QP or MR was created once */
+	struct vctx *vc;
+	struct qsm_list vnode;           /* linked to vc (qsm_rc_vctx_link) while the resources exist */
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	int cq_cap, cq_need, max_cqe;
+	uint8_t max_rd_atom, max_init_rd_atom;   /* device limits, for rdma_conn_param */
+	struct qsm_list qps[QP_BUCKETS];
+	uint64_t async_other;
+};
+
+enum { WQ_SEND = 0, WQ_RECV = 1 };
+
+struct qsm_fid {
+	struct qsm_list node;            /* in rc_fabric.ids */
+	struct rc_fabric *fab;
+	struct rdma_cm_id *cm;
+	void *owner;
+	struct qsm_fdev *dev;            /* counted in dev->nids */
+	struct vctx *vc;                 /* counted in the context's users */
+	/* the QP */
+	struct qsm_list qp_node;         /* in dev->qps[] */
+	bool has_qp, draining, wc_error_sent, fatal_sent;
+	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
+	uint64_t qp_serial;
+	uint32_t qp_num;
+	int qp_wrs;                      /* CQ entries it may use */
+	struct qsm_list wq[2];           /* outstanding WRs (verbs.c's wr_rec), WQ_SEND and WQ_RECV */
+	unsigned wq_hw[2], wq_cap[2];    /* WRs on the QP per work queue, and the ULP's limit */
+	uint32_t next_seq;
+	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
+	uint8_t req_initiator_depth, req_responder_resources;
+};
+
+struct rc_fabric {
+	struct qsm_fabric base;
+	struct rdma_event_channel *ch;
+	int epfd, tfd;
+	struct qsm_list ids, devs;
+	struct qsm_pending_queue pq;     /* what get_event() reports after the CM's events */
+	bool polled_once;
+	uint64_t next_qp_serial;
+	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
+	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
+	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
+};
+
+static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
+{
+	return qsm_container_of(f, struct rc_fabric, base);
+}
+
+static inline int errno_or(int def)
+{
+	return errno > 0 ? -errno : -def;
+}
+
+static inline int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+static inline int epoll_add(struct rc_fabric *f, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	return epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static inline void epoll_del(struct rc_fabric *f, int fd)
+{
+	(void)epoll_ctl(f->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* Not a completion: lost if memory is short, which the runtime's state timeouts cover. */
+static inline void pending_push(struct rc_fabric *f, int event, int status, struct qsm_fid *id,
+				struct qsm_fdev *dev, bool device_wide)
+{
+	(void)qsm_pending_push_event(&f->pq, event, status, id, dev, device_wide);
+}
+
+/* ---- pins.c: verbs contexts, process-wide ---- */
+
+/* The fd of the pins' event channel (created once per process), or -errno. */
+int qsm_rc_pins_open(void);
+/* Read what the pins heard: a DEVICE_REMOVAL marks its context removed. */
+void qsm_rc_pins_take_events(void);
+/* The context's record, one more user counted; pinned with an id bound like `via` (may be
+ * NULL: then unpinned).  NULL when out of memory. */
+struct vctx *qsm_rc_vctx_get(struct ibv_context *verbs, struct rdma_cm_id *via);
+/* One user less (v may be NULL); the context is closed once removed and unused. */
+void qsm_rc_vctx_put(struct vctx *v);
+/* rdma_cm reported the context's device removed. */
+void qsm_rc_vctx_removed(struct ibv_context *verbs);
+/* A fabric device holding a PD/CQ on the context: linked by its `vnode`, under the lock. */
+void qsm_rc_vctx_link(struct vctx *v, struct qsm_list *vnode);
+void qsm_rc_vctx_unlink(struct qsm_list *vnode);
+/* fn(vnode) for every device linked to the context of `verbs`, under the lock. */
+void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list *vnode));
+
+/* ---- devices.c: devices, their PD and CQ, async events, the device list ---- */
+
+/* The id's device, once librdmacm knows it (bind, address resolution, a request). */
+void qsm_rc_fid_attach(struct qsm_fid *id);
+/* The PD, the completion channel and the shared CQ: 0 or -errno. */
+int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via);
+/* The shared CQ grown to hold `more` entries beyond what its QPs need: 0 or -ENOMEM. */
+int qsm_rc_cq_reserve(struct qsm_fdev *d, int more);
+/* Every reference of a device is checked here: resources go when unused, the object when
+ * nothing refers to it and it is no longer in the device list. */
+void qsm_rc_dev_settle(struct qsm_fdev *d);
+/* rdma_cm said so: the device is being unregistered. */
+void qsm_rc_dev_removed(struct qsm_fdev *d);
+void qsm_rc_harvest_async(struct rc_fabric *f);
+/* The device list, at most once a second: new devices become DEVICE_ADDED. */
+void qsm_rc_poll_devices(struct rc_fabric *f);
+void qsm_rc_device_get(struct qsm_fdev *d);
+void qsm_rc_device_put(struct qsm_fdev *d);
+const char *qsm_rc_device_name(struct qsm_fdev *d);
+int qsm_rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss);
+
+/* ---- verbs.c: QPs, MRs, posts, completions, the drain marker, flushes ---- */
+
+int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
+void qsm_rc_destroy_qp(struct qsm_fid *id);
+int qsm_rc_drain(struct qsm_fid *id);
+int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
+		  uint32_t *lkey, uint32_t *rkey);
+void qsm_rc_dereg_mr(struct qsm_fmr *m);
+int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr);
+int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+		     int num_sge);
+/* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */
+void qsm_rc_wq_flush_heads(struct qsm_fid *id);
+void qsm_rc_harvest_completions(struct rc_fabric *f);
+
+/* ---- ids.c: rdma_cm ids and the CM channel ---- */
+
+int qsm_rc_create_id(struct qsm_fabric *base, void *owner, struct qsm_fid **ret);
+void qsm_rc_set_owner(struct qsm_fid *id, void *owner);
+void qsm_rc_destroy_id(struct qsm_fid *id);
+int qsm_rc_bind(struct qsm_fid *id, const struct sockaddr *addr);
+int qsm_rc_listen(struct qsm_fid *id, int backlog);
+int qsm_rc_resolve_addr(struct qsm_fid *id, const struct sockaddr *src, const struct sockaddr *dst,
+			int timeout_ms);
+int qsm_rc_resolve_route(struct qsm_fid *id, int timeout_ms);
+int qsm_rc_connect(struct qsm_fid *id, const void *pdata, size_t len);
+int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len);
+int qsm_rc_reject(struct qsm_fid *id, const void *pdata, size_t len);
+int qsm_rc_disconnect(struct qsm_fid *id);
+struct qsm_fdev *qsm_rc_id_device(struct qsm_fid *id);
+int qsm_rc_id_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss);
+/* One rdma_cm event, copied and acked; 0, or -EAGAIN when there is none. */
+int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev);
+
+#endif
