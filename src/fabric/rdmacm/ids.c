@@ -200,7 +200,7 @@ int qsm_rc_disconnect(struct qsm_fid *id)
 	if (rdma_disconnect(id->cm) < 0)
 		return errno_or(EINVAL);
 	/* librdmacm moved an IB/RoCE QP to ERR (iWARP: to SQD, and the drain follows) */
-	if (id->has_qp && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IB)
+	if (qsm_rc_fid_has_qp(id) && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IB)
 		id->qp_err = true;
 	return 0;
 }

@@ -81,7 +81,7 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 			continue;
 		}
 		if (p->id && p->event == QSM_EV_QP_FATAL) {
-			if (!p->id->has_qp || p->id->fatal_sent) {
+			if (!qsm_rc_fid_has_qp(p->id) || p->id->fatal_sent) {
 				qsm_pending_release(p);
 				continue;
 			}

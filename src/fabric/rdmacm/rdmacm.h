@@ -52,13 +52,13 @@ enum { WQ_SEND = 0, WQ_RECV = 1 };
 struct qsm_fid {
 	struct qsm_list node;            /* in rc_fabric.ids */
 	struct rc_fabric *fab;
-	struct rdma_cm_id *cm;
+	struct rdma_cm_id *cm;           /* its qp: the id's QP (qsm_rc_fid_has_qp) */
 	void *owner;
 	struct qsm_fdev *dev;            /* counted in dev->nids */
 	struct vctx *vc;                 /* counted in the context's users */
 	/* the QP */
 	struct qsm_list qp_node;         /* in dev->qps[] */
-	bool has_qp, draining, wc_error_sent, fatal_sent;
+	bool draining, wc_error_sent, fatal_sent;
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	uint64_t qp_serial;
 	uint32_t qp_num;
@@ -86,6 +86,13 @@ struct rc_fabric {
 static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
 {
 	return qsm_container_of(f, struct rc_fabric, base);
+}
+
+/* The id has a QP: librdmacm sets cm->qp only when rdma_create_qp() succeeds and clears it in
+ * rdma_destroy_qp(), and nothing else of ours creates one (no rdma_get_request, rdma_create_ep). */
+static inline bool qsm_rc_fid_has_qp(const struct qsm_fid *id)
+{
+	return id->cm->qp != NULL;
 }
 
 static inline int errno_or(int def)

@@ -235,7 +235,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 
 	if (!id || !a)
 		return -EINVAL;
-	if (id->has_qp)
+	if (qsm_rc_fid_has_qp(id))
 		return -EEXIST;
 	qsm_rc_fid_attach(id);
 	d = id->dev;
@@ -265,7 +265,6 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		r = errno_or(ENOMEM);
 		goto fail;
 	}
-	id->has_qp = true;
 	id->draining = id->wc_error_sent = id->fatal_sent = id->qp_err = false;
 	id->wq_cap[WQ_SEND] = a->max_send_wr;
 	id->wq_cap[WQ_RECV] = a->max_recv_wr;
@@ -285,13 +284,12 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 {
 	struct qsm_fdev *d;
 
-	if (!id || !id->has_qp)
+	if (!id || !qsm_rc_fid_has_qp(id))
 		return;
 	d = id->dev;
 	rdma_destroy_qp(id->cm);
 	qp_unhash(id);
 	wq_discard(id);
-	id->has_qp = false;
 	id->draining = false;
 	id->qp_err = false;
 	qsm_pending_drop(&id->fab->pq, id, NULL);
@@ -307,7 +305,7 @@ int qsm_rc_drain(struct qsm_fid *id)
 	uint64_t tag;
 	int r;
 
-	if (!id || !id->has_qp)
+	if (!id || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
 	qp = id->cm->qp;
 	tag = MARKER_BIT | id->qp_serial;
@@ -432,7 +430,7 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	struct wr_rec *r;
 	int ret;
 
-	if (!id || !wr || !id->has_qp || !sges_ok(wr->sg_list, wr->num_sge))
+	if (!id || !wr || !qsm_rc_fid_has_qp(id) || !sges_ok(wr->sg_list, wr->num_sge))
 		return -EINVAL;
 	memset(&swr, 0, sizeof(swr));
 	switch (wr->opcode) {
@@ -486,7 +484,7 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	struct wr_rec *r;
 	int ret;
 
-	if (!id || !id->has_qp || !sges_ok(sg_list, num_sge))
+	if (!id || !qsm_rc_fid_has_qp(id) || !sges_ok(sg_list, num_sge))
 		return -EINVAL;
 	if (id->qp_err)
 		return post_flushed(id, WQ_RECV, wr_id, QSM_WR_RECV);
