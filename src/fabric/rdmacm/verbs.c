@@ -390,6 +390,12 @@ static int sges_ok(const struct qsm_fabric_sge *sg, int n)
 	return n >= 0 && n <= QSM_FABRIC_MAX_SGE && (!n || sg);
 }
 
+static void sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n)
+{
+	for (int i = 0; i < n; i++)
+		sge[i] = (struct ibv_sge){ .addr = sg[i].addr, .length = sg[i].length, .lkey = sg[i].lkey };
+}
+
 static struct wr_rec *rec_new(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode op,
 			      bool signaled)
 {
@@ -404,6 +410,20 @@ static struct wr_rec *rec_new(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_op
 	r->signaled = signaled;
 	r->seq = id->next_seq++;
 	return r;
+}
+
+/* What verbs answered the post of `r`: kept in post order if the WR is on the QP, else freed. */
+static int rec_posted(struct qsm_fid *id, int wq, struct wr_rec *r, int ret)
+{
+	if (ret) {
+		free(r);
+		return ret > 0 ? -ret : -EINVAL;
+	}
+	r->hw = true;
+	id->fab->posts++;
+	id->wq_hw[wq]++;
+	qsm_list_add_tail(&id->wq[wq], &r->node);
+	return 0;
 }
 
 /* Posted to a QP known to be in ERR: not given to the QP (rxe 6.1 may never flush a receive
@@ -428,7 +448,6 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	struct ibv_sge sge[QSM_FABRIC_MAX_SGE];
 	struct ibv_send_wr swr, *bad;
 	struct wr_rec *r;
-	int ret;
 
 	if (!id || !wr || !qsm_rc_fid_has_qp(id) || !sges_ok(wr->sg_list, wr->num_sge))
 		return -EINVAL;
@@ -453,9 +472,7 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	r = rec_new(id, wr->wr_id, wr->opcode, wr->signaled);
 	if (!r)
 		return -ENOMEM;
-	for (int i = 0; i < wr->num_sge; i++)
-		sge[i] = (struct ibv_sge){ .addr = wr->sg_list[i].addr, .length = wr->sg_list[i].length,
-					   .lkey = wr->sg_list[i].lkey };
+	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
 	swr.wr_id = wr_tag(id, WQ_SEND, r->seq);
 	swr.sg_list = wr->num_sge ? sge : NULL;
 	swr.num_sge = wr->num_sge;
@@ -464,16 +481,7 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 		swr.wr.rdma.remote_addr = wr->remote_addr;
 		swr.wr.rdma.rkey = wr->rkey;
 	}
-	ret = ibv_post_send(id->cm->qp, &swr, &bad);
-	if (ret) {
-		free(r);
-		return ret > 0 ? -ret : -EINVAL;
-	}
-	r->hw = true;
-	id->fab->posts++;
-	id->wq_hw[WQ_SEND]++;
-	qsm_list_add_tail(&id->wq[WQ_SEND], &r->node);
-	return 0;
+	return rec_posted(id, WQ_SEND, r, ibv_post_send(id->cm->qp, &swr, &bad));
 }
 
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
@@ -482,7 +490,6 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	struct ibv_sge sge[QSM_FABRIC_MAX_SGE];
 	struct ibv_recv_wr rwr, *bad;
 	struct wr_rec *r;
-	int ret;
 
 	if (!id || !qsm_rc_fid_has_qp(id) || !sges_ok(sg_list, num_sge))
 		return -EINVAL;
@@ -493,22 +500,11 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	r = rec_new(id, wr_id, QSM_WR_RECV, true);
 	if (!r)
 		return -ENOMEM;
-	for (int i = 0; i < num_sge; i++)
-		sge[i] = (struct ibv_sge){ .addr = sg_list[i].addr, .length = sg_list[i].length,
-					   .lkey = sg_list[i].lkey };
+	sges_to_ibv(sge, sg_list, num_sge);
 	memset(&rwr, 0, sizeof(rwr));
 	rwr.wr_id = wr_tag(id, WQ_RECV, r->seq);
 	rwr.sg_list = num_sge ? sge : NULL;
 	rwr.num_sge = num_sge;
-	ret = ibv_post_recv(id->cm->qp, &rwr, &bad);
-	if (ret) {
-		free(r);
-		return ret > 0 ? -ret : -EINVAL;
-	}
-	r->hw = true;
-	id->fab->posts++;
-	id->wq_hw[WQ_RECV]++;
-	qsm_list_add_tail(&id->wq[WQ_RECV], &r->node);
-	return 0;
+	return rec_posted(id, WQ_RECV, r, ibv_post_recv(id->cm->qp, &rwr, &bad));
 }
 
