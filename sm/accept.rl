@@ -7,16 +7,16 @@
 	alphtype int;
 	import "events.h";
 
-	action create_qp      { QSM_SM_ACT(QSM_ACT_CREATE_QP); }
-	action qp_ready       { QSM_SM_ACT(QSM_ACT_QP_READY); }
-	action accept         { QSM_SM_ACT(QSM_ACT_ACCEPT); }
-	action qp_to_rtr      { QSM_SM_ACT(QSM_ACT_QP_TO_RTR); }
-	action qp_to_rts      { QSM_SM_ACT(QSM_ACT_QP_TO_RTS); }
-	action reject         { QSM_SM_ACT(QSM_ACT_REJECT); }
-	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
-	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
-	action release_device { QSM_SM_ACT(QSM_ACT_RELEASE_DEVICE); }
-	action release_all    { QSM_SM_ACT(QSM_ACT_RELEASE_ALL); }
+	action create_qp      { QSM_SM_QUEUE_ACT(QSM_ACT_CREATE_QP); }
+	action qp_ready       { QSM_SM_QUEUE_ACT(QSM_ACT_QP_READY); }
+	action accept         { QSM_SM_QUEUE_ACT(QSM_ACT_ACCEPT); }
+	action qp_to_rtr      { QSM_SM_QUEUE_ACT(QSM_ACT_QP_TO_RTR); }
+	action qp_to_rts      { QSM_SM_QUEUE_ACT(QSM_ACT_QP_TO_RTS); }
+	action reject         { QSM_SM_QUEUE_ACT(QSM_ACT_REJECT); }
+	action disconnect     { QSM_SM_QUEUE_ACT(QSM_ACT_DISCONNECT); }
+	action start_drain    { QSM_SM_QUEUE_ACT(QSM_ACT_START_DRAIN); }
+	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
+	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
 
 	action NEW            { QSM_SM_TO(QSM_ACCEPT_NEW); }
 	action REQUESTED      { QSM_SM_TO(QSM_ACCEPT_REQUESTED); }

@@ -7,23 +7,23 @@
 	alphtype int;
 	import "events.h";
 
-	# What an edge does (enum qsm_action; the runtime carries it out).
-	action resolve_addr   { QSM_SM_ACT(QSM_ACT_RESOLVE_ADDR); }
-	action resolve_route  { QSM_SM_ACT(QSM_ACT_RESOLVE_ROUTE); }
-	action create_qp      { QSM_SM_ACT(QSM_ACT_CREATE_QP); }
-	action qp_ready       { QSM_SM_ACT(QSM_ACT_QP_READY); }
-	action connect        { QSM_SM_ACT(QSM_ACT_CONNECT); }
-	action qp_to_rtr      { QSM_SM_ACT(QSM_ACT_QP_TO_RTR); }
-	action qp_to_rts      { QSM_SM_ACT(QSM_ACT_QP_TO_RTS); }
-	action reset_backoff  { QSM_SM_ACT(QSM_ACT_RESET_BACKOFF); }
-	action disconnect     { QSM_SM_ACT(QSM_ACT_DISCONNECT); }
-	action mark_lost      { QSM_SM_ACT(QSM_ACT_MARK_LOST); }
-	action start_drain    { QSM_SM_ACT(QSM_ACT_START_DRAIN); }
-	action release_id     { QSM_SM_ACT(QSM_ACT_RELEASE_ID); }
-	action arm_retry      { QSM_SM_ACT(QSM_ACT_ARM_RETRY); }
-	action retry_now      { QSM_SM_ACT(QSM_ACT_RETRY_NOW); }
-	action release_device { QSM_SM_ACT(QSM_ACT_RELEASE_DEVICE); }
-	action release_all    { QSM_SM_ACT(QSM_ACT_RELEASE_ALL); }
+	# What an edge does (enum qsm_queue_action; the queue runtime carries it out).
+	action resolve_addr   { QSM_SM_QUEUE_ACT(QSM_ACT_RESOLVE_ADDR); }
+	action resolve_route  { QSM_SM_QUEUE_ACT(QSM_ACT_RESOLVE_ROUTE); }
+	action create_qp      { QSM_SM_QUEUE_ACT(QSM_ACT_CREATE_QP); }
+	action qp_ready       { QSM_SM_QUEUE_ACT(QSM_ACT_QP_READY); }
+	action connect        { QSM_SM_QUEUE_ACT(QSM_ACT_CONNECT); }
+	action qp_to_rtr      { QSM_SM_QUEUE_ACT(QSM_ACT_QP_TO_RTR); }
+	action qp_to_rts      { QSM_SM_QUEUE_ACT(QSM_ACT_QP_TO_RTS); }
+	action reset_backoff  { QSM_SM_QUEUE_ACT(QSM_ACT_RESET_BACKOFF); }
+	action disconnect     { QSM_SM_QUEUE_ACT(QSM_ACT_DISCONNECT); }
+	action mark_lost      { QSM_SM_QUEUE_ACT(QSM_ACT_MARK_LOST); }
+	action start_drain    { QSM_SM_QUEUE_ACT(QSM_ACT_START_DRAIN); }
+	action release_id     { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ID); }
+	action arm_retry      { QSM_SM_QUEUE_ACT(QSM_ACT_ARM_RETRY); }
+	action retry_now      { QSM_SM_QUEUE_ACT(QSM_ACT_RETRY_NOW); }
+	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
+	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
 
 	# Where it goes: each state names itself on arrival, so names survive minimisation.
 	action IDLE           { QSM_SM_TO(QSM_CM_IDLE); }

@@ -7,11 +7,11 @@
 	alphtype int;
 	import "events.h";
 
-	action spawn_passive     { QSM_SM_ACT(QSM_ACT_SPAWN_PASSIVE); }
-	action release_listen_id { QSM_SM_ACT(QSM_ACT_RELEASE_LISTEN_ID); }
-	action arm_retry         { QSM_SM_ACT(QSM_ACT_ARM_RETRY); }
-	action try_listen        { QSM_SM_ACT(QSM_ACT_TRY_LISTEN); }
-	action release_all       { QSM_SM_ACT(QSM_ACT_RELEASE_ALL); }
+	action spawn_passive     { QSM_SM_LISTENER_ACT(QSM_ACT_SPAWN_PASSIVE); }
+	action release_listen_id { QSM_SM_LISTENER_ACT(QSM_ACT_RELEASE_LISTEN_ID); }
+	action arm_relisten      { QSM_SM_LISTENER_ACT(QSM_ACT_ARM_RELISTEN); }
+	action try_listen        { QSM_SM_LISTENER_ACT(QSM_ACT_TRY_LISTEN); }
+	action release_listener  { QSM_SM_LISTENER_ACT(QSM_ACT_RELEASE_LISTENER); }
 
 	action IDLE           { QSM_SM_TO(QSM_LISTENER_IDLE); }
 	action LISTENING      { QSM_SM_TO(QSM_LISTENER_LISTENING); }
@@ -25,21 +25,21 @@
 	# LISTEN is posted once rdma_listen has succeeded.
 	Idle: (
 		QSM_EV_LISTEN                                                     -> Listening |
-		gone                                @release_all                  -> Closed
+		gone                                @release_listener             -> Closed
 	) >~IDLE,
 
 	Listening: (
 		QSM_EV_CONNECT_REQUEST              @spawn_passive                -> Listening |
 		QSM_EV_ADDR_CHANGE                                                -> Listening |
-		QSM_EV_DEVICE_REMOVAL               @release_listen_id @arm_retry -> RelistenWait |
-		gone                                @release_all                  -> Closed
+		QSM_EV_DEVICE_REMOVAL               @release_listen_id @arm_relisten -> RelistenWait |
+		gone                                @release_listener             -> Closed
 	) >~LISTENING,
 
 	# No listening id: a retry timer, or a device coming back, tries again.
 	RelistenWait: (
 		( QSM_EV_RETRY | QSM_EV_DEVICE_ADDED ) @try_listen                -> RelistenWait |
 		QSM_EV_LISTEN                                                     -> Listening |
-		gone                                @release_all                  -> Closed
+		gone                                @release_listener             -> Closed
 	) >~RELISTEN_WAIT,
 
 	Closed: ( zlen ) >~CLOSED

@@ -54,7 +54,7 @@ static void listener_close(struct qsm_listener *l)
 	qsm_list_del(&l->obj.node);
 }
 
-static void run_action(struct qsm_listener *l, enum qsm_action a, const struct qsm_item *it)
+static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const struct qsm_item *it)
 {
 	switch (a) {
 	case QSM_ACT_SPAWN_PASSIVE:
@@ -68,7 +68,7 @@ static void run_action(struct qsm_listener *l, enum qsm_action a, const struct q
 	case QSM_ACT_RELEASE_LISTEN_ID:
 		release_listen_id(l);
 		break;
-	case QSM_ACT_ARM_RETRY:
+	case QSM_ACT_ARM_RELISTEN:
 		arm_relisten(l);
 		break;
 	case QSM_ACT_TRY_LISTEN:
@@ -80,10 +80,8 @@ static void run_action(struct qsm_listener *l, enum qsm_action a, const struct q
 			arm_relisten(l);
 		}
 		break;
-	case QSM_ACT_RELEASE_ALL:
+	case QSM_ACT_RELEASE_LISTENER:
 		listener_close(l);
-		break;
-	default:
 		break;
 	}
 }
@@ -112,7 +110,7 @@ static void listener_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	if (edge.target != l->state)
 		qsm_timer_cancel(ctx, &l->timer);
 	for (unsigned int i = 0; i < edge.nactions; i++)
-		run_action(l, edge.actions[i], it);
+		run_action(l, (enum qsm_listener_action)edge.actions[i], it);
 	qsm_trace(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state), it->event,
 		  lstate(edge.target), it->status);
 	ctx->counters.transitions++;

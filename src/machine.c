@@ -54,6 +54,8 @@ static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_SPAWN_PASSIVE] = "spawn_passive",
 	[QSM_ACT_RELEASE_LISTEN_ID] = "release_listen_id",
 	[QSM_ACT_TRY_LISTEN] = "try_listen",
+	[QSM_ACT_ARM_RELISTEN] = "arm_relisten",
+	[QSM_ACT_RELEASE_LISTENER] = "release_listener",
 };
 
 const char *qsm_event_name(int event)
@@ -73,9 +75,9 @@ int qsm_event_from_name(const char *name)
 	return -EINVAL;
 }
 
-const char *qsm_action_name(enum qsm_action a)
+const char *qsm_action_name(int a)
 {
-	if ((int)a <= 0 || a >= QSM_ACT_LIMIT)
+	if (a <= 0 || a >= QSM_ACT_LIMIT)
 		return NULL;
 	return action_names[a];
 }

@@ -66,6 +66,18 @@ int qsm_sm_cs(const struct qsm_sm *sm, int state);
 	} while (0)
 #define QSM_SM_TO(s) (edge->target = (s))
 
+/* Each machine names only the actions of the runtime that carries them out. */
+#define QSM_SM_QUEUE_ACT(a) do { \
+		_Static_assert((int)(a) >= QSM_ACT_RESOLVE_ADDR && (int)(a) <= QSM_ACT_RESET_BACKOFF, \
+			       #a " is not a queue action"); \
+		QSM_SM_ACT(a); \
+	} while (0)
+#define QSM_SM_LISTENER_ACT(a) do { \
+		_Static_assert((int)(a) >= QSM_ACT_SPAWN_PASSIVE && (int)(a) <= QSM_ACT_RELEASE_LISTENER, \
+			       #a " is not a listener action"); \
+		QSM_SM_ACT(a); \
+	} while (0)
+
 /* The body every generated exec function shares. */
 #define QSM_SM_EXEC_PROLOGUE \
 	int cs = *csp; \

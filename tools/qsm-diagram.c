@@ -31,7 +31,8 @@ static int same_actions(const struct qsm_edge *a, const struct qsm_edge *b)
 static int is_plain_teardown(enum qsm_machine m, int ev, int to, const struct qsm_edge *e)
 {
 	return (ev == QSM_EV_DESTROY || ev == QSM_EV_ABORT) && qsm_machine_is_final(m, to) == 1 &&
-	       e->nactions == 1 && e->actions[0] == QSM_ACT_RELEASE_ALL;
+	       e->nactions == 1 &&
+	       (e->actions[0] == QSM_ACT_RELEASE_ALL || e->actions[0] == QSM_ACT_RELEASE_LISTENER);
 }
 
 static void append(char *buf, size_t size, const char *s)
@@ -95,7 +96,7 @@ static int draw(enum qsm_machine m)
 			if (t < 0)
 				continue; /* unexpected: drawn nowhere, handled by `unexpected` */
 			if (is_plain_teardown(m, ev, t, &e)) {
-				any_teardown = 1;
+				any_teardown = e.actions[0]; /* the action drawn on the "any" edge */
 				continue;
 			}
 			for (g = 0; g < ngroups; g++)
@@ -145,8 +146,9 @@ static int draw(enum qsm_machine m)
 		while (qsm_machine_is_final(m, final) != 1)
 			final++;
 		printf("\t__any [shape=plaintext, fontname=\"Helvetica\", fontsize=10, label=\"any other state\"];\n");
-		printf("\t__any -> %s [label=\"DESTROY\\nABORT\\n/ release_all\", color=gray55, "
-		       "fontcolor=gray40, style=dashed];\n", qsm_state_name(m, final));
+		printf("\t__any -> %s [label=\"DESTROY\\nABORT\\n/ %s\", color=gray55, "
+		       "fontcolor=gray40, style=dashed];\n", qsm_state_name(m, final),
+		       qsm_action_name(any_teardown));
 	}
 	printf("}\n");
 	return 0;

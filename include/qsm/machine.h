@@ -69,9 +69,11 @@ enum qsm_qp_state {
 };
 #define QSM_QP_STATE_COUNT 8
 
-/* What the runtime does on an edge (the .rl actions).  Each action does one thing; the ones
- * that change the QP drive the QP machine (sm/qp.rl) with one event each, as listed. */
-enum qsm_action {
+/* What the runtime does on an edge (the .rl actions), one enum per runtime that carries them
+ * out: a queue's (sm/cm_id.rl, sm/accept.rl) and a listener's (sm/listener.rl); the QP machine
+ * has none.  Numbered apart, so that an edge holds either.  Each action does one thing; the
+ * ones that change the QP drive the QP machine (sm/qp.rl) with one event each, as listed. */
+enum qsm_queue_action {
 	QSM_ACT_RESOLVE_ADDR = 1,   /* create the cm_id, rdma_resolve_addr */
 	QSM_ACT_RESOLVE_ROUTE,      /* rdma_resolve_route */
 	QSM_ACT_CREATE_QP,          /* create the QP (QP: QP_TO_INIT, as rdma_create_qp does) */
@@ -90,11 +92,15 @@ enum qsm_action {
 	QSM_ACT_ACCEPT,             /* rdma_accept with the ULP's private data */
 	QSM_ACT_REJECT,             /* rdma_reject with the ULP's reason */
 	QSM_ACT_RESET_BACKOFF,      /* a fresh reconnect policy: attempts and delay from zero */
-	QSM_ACT_SPAWN_PASSIVE,      /* listener: make a passive queue for the request */
-	QSM_ACT_RELEASE_LISTEN_ID,  /* listener: destroy the listening id */
-	QSM_ACT_TRY_LISTEN,         /* listener: bind + listen again, LISTEN on success */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_TRY_LISTEN + 1)
+enum qsm_listener_action {
+	QSM_ACT_SPAWN_PASSIVE = QSM_ACT_RESET_BACKOFF + 1, /* make a passive queue for the request */
+	QSM_ACT_RELEASE_LISTEN_ID,  /* destroy the listening id */
+	QSM_ACT_TRY_LISTEN,         /* bind + listen again, LISTEN on success */
+	QSM_ACT_ARM_RELISTEN,       /* the next listen attempt, after the relisten backoff */
+	QSM_ACT_RELEASE_LISTENER,   /* final teardown: timer, listening id */
+};
+#define QSM_ACT_LIMIT (QSM_ACT_RELEASE_LISTENER + 1)
 
 /* At most this many actions on one edge (the build refuses a .rl edge with more). */
 #define QSM_EDGE_MAX_ACTIONS 6
@@ -102,7 +108,7 @@ enum qsm_action {
 struct qsm_edge {
 	int target;                                    /* state after the event */
 	unsigned int nactions;
-	enum qsm_action actions[QSM_EDGE_MAX_ACTIONS]; /* in the order the .rl runs them */
+	int actions[QSM_EDGE_MAX_ACTIONS];             /* QSM_ACT_*, in the order the .rl runs them */
 };
 
 const char *qsm_machine_name(enum qsm_machine m);    /* "cm_id", ... or NULL */
@@ -110,7 +116,7 @@ int qsm_machine_state_count(enum qsm_machine m);     /* or -EINVAL */
 int qsm_machine_start_state(enum qsm_machine m);     /* or -EINVAL */
 int qsm_machine_is_final(enum qsm_machine m, int state); /* 1, 0 or -EINVAL */
 const char *qsm_state_name(enum qsm_machine m, int state); /* "LIVE", or NULL */
-const char *qsm_action_name(enum qsm_action a);      /* "start_drain", or NULL */
+const char *qsm_action_name(int a);                  /* "start_drain", or NULL */
 
 /* What a state does besides its edges, as its machine declares it (sm/\*.rl). */
 struct qsm_state_info {

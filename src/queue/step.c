@@ -99,7 +99,7 @@ static uint32_t ms_or(uint32_t v, uint32_t def)
  * failure is queued as the event an asynchronous failure would be) or a handler refused, and
  * the rest of the edge's actions are skipped: nothing is sent on a QP that is not there.
  */
-static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_event_info *ev)
+static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct qsm_event_info *ev)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	const struct qsm_fabric_ops *ops = ctx->ops;
@@ -200,10 +200,6 @@ static int run_action(struct qsm_conn *q, enum qsm_action a, const struct qsm_ev
 		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
 		break;
-	case QSM_ACT_SPAWN_PASSIVE:
-	case QSM_ACT_RELEASE_LISTEN_ID:
-	case QSM_ACT_TRY_LISTEN:
-		break; /* listener actions: no queue machine names them */
 	}
 	if (r < 0) {
 		feed_back(q, fail_ev, r);
@@ -277,7 +273,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		qsm_timer_cancel(ctx, &q->timer);
 	}
 	for (unsigned int i = 0; i < edge.nactions; i++)
-		if (run_action(q, edge.actions[i], &info) < 0)
+		if (run_action(q, (enum qsm_queue_action)edge.actions[i], &info) < 0)
 			break;
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 		  state_name(q, edge.target), status);
