@@ -12,6 +12,7 @@
 #include <qsm/sim.h>
 
 #include "check_main.h"
+#include "harness.h"
 
 /*
  * How a combination runs (one loop-test iteration each):
@@ -31,19 +32,12 @@
 #define HORIZON_MS 10000
 #define RECOVER_MS 30000
 
-static uint64_t vnow;
-static uint64_t vclock(void *arg)
-{
-	(void)arg;
-	return vnow;
-}
-
 static struct qsm_sim *sim;
 static struct qsm_fabric *cfab, *sfab;
 static struct qsm_ctx *cctx, *sctx;
+static struct harness world;
 static struct qsm_listener *listener;
 static struct sockaddr_in addr;
-static bool server_first;
 static uint32_t request_ms;    /* the server's passive queues: REQUESTED timeout, 0 = default */
 
 /* ---- what the test class saw, per queue ---- */
@@ -213,10 +207,17 @@ static void tracer(const struct qsm_trace_record *t, void *arg)
 
 /* ---- the world: one device, a client ctx and a server ctx ---- */
 
+/* The server's ctx dispatches first when @server_first (its own calls post first). */
+static void dispatch_order(bool server_first)
+{
+	world.ctx[0] = server_first ? &sctx : &cctx;
+	world.ctx[1] = server_first ? &cctx : &sctx;
+}
+
 static struct qsm_ctx *new_ctx(struct qsm_fabric **fab, struct tally *y)
 {
 	struct qsm_ctx *c;
-	struct qsm_ctx_opts o = { .now_ns = vclock, .seed = 7 };
+	struct qsm_ctx_opts o = { .now_ns = harness_clock, .now_arg = &world, .seed = 7 };
 
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, fab), 0);
 	o.fabric = *fab;
@@ -227,13 +228,13 @@ static struct qsm_ctx *new_ctx(struct qsm_fabric **fab, struct tally *y)
 
 static void setup(void)
 {
-	vnow = 1000 * MS;
+	world = (struct harness){ .now_ns = 1000 * MS };
 	memset(recs, 0, sizeof(recs));
 	nrecs = 0;
 	calls_after_gone = 0;
 	srv_defer = false;
 	srv_auto_ready = true;
-	server_first = false;
+	dispatch_order(false);
 	request_ms = 0;
 	last_passive = NULL;
 	listener = NULL;
@@ -253,55 +254,6 @@ static void teardown(void)
 	qsm_ctx_free(cctx);
 	qsm_ctx_free(sctx);
 	qsm_sim_free(sim);
-}
-
-static int dispatch_both(void)
-{
-	int a, b;
-
-	if (server_first) {
-		b = qsm_ctx_dispatch(sctx, 0);
-		a = qsm_ctx_dispatch(cctx, 0);
-	} else {
-		a = qsm_ctx_dispatch(cctx, 0);
-		b = qsm_ctx_dispatch(sctx, 0);
-	}
-	ck_assert_int_ge(a, 0);
-	ck_assert_int_ge(b, 0);
-	return a + b;
-}
-
-/* Everything that can happen without time passing. */
-static void settle(void)
-{
-	for (int guard = 0; guard < 100000; guard++)
-		if (!dispatch_both())
-			return;
-	ck_abort_msg("settle: no quiescence");
-}
-
-static int next_timer_ms(void)
-{
-	int a = qsm_ctx_next_timeout_ms(cctx), b = qsm_ctx_next_timeout_ms(sctx);
-
-	return a < 0 ? b : (b < 0 ? a : (a < b ? a : b));
-}
-
-/* Settles, then jumps the virtual clock from timer to timer for at most @ms. */
-static void run_for(unsigned ms)
-{
-	uint64_t end = vnow + ms * MS;
-
-	for (int guard = 0; guard < 100000; guard++) {
-		int t;
-
-		settle();
-		t = next_timer_ms();
-		if (t < 0 || vnow + (uint64_t)(t ? t : 1) * MS > end)
-			return;
-		vnow += (uint64_t)(t ? t : 1) * MS;
-	}
-	ck_abort_msg("run_for: too many timers");
 }
 
 static void hold_all(void)
@@ -332,7 +284,7 @@ static void listen_server(void)
 				       .timeouts = { .request_ms = request_ms } };
 
 	ck_assert_int_eq(qsm_listener_new(sctx, &o, &listener), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_listener_state(listener), QSM_LISTENER_LISTENING);
 }
 
@@ -418,7 +370,7 @@ static void finish(void)
 			listener = NULL;
 			any = true;
 		}
-		run_for(RECOVER_MS);
+		harness_run_for(&world, RECOVER_MS);
 		if (!any)
 			break;
 	}
@@ -767,7 +719,7 @@ static void step_until(struct rec *r, int state)
 	for (int i = 0; i < 20 && qsm_conn_state(r->q) != state; i++) {
 		release_held();
 		hold_all();
-		settle();
+		harness_settle(&world);
 	}
 	ck_assert_str_eq(qsm_conn_state_name(r->q), qsm_state_name(QSM_MACHINE_CM_ID, state));
 }
@@ -792,40 +744,40 @@ static void drive_active(struct rec *r, int state)
 		r->auto_ready = state != QSM_CM_CONNECTED;
 		hold_all();
 		ck_assert_int_eq(qsm_conn_connect(r->q), 0);
-		settle();
+		harness_settle(&world);
 		step_until(r, state);
 		break;
 	case QSM_CM_LIVE:
 	case QSM_CM_DISCONNECTING:
 	case QSM_CM_CLOSING:
 		ck_assert_int_eq(qsm_conn_connect(r->q), 0);
-		settle();
+		harness_settle(&world);
 		ck_assert_int_eq(qsm_conn_state(r->q), QSM_CM_LIVE);
 		if (state == QSM_CM_LIVE)
 			break;
 		hold_all();
 		ck_assert_int_eq(qsm_conn_disconnect(r->q), 0);
-		settle();
+		harness_settle(&world);
 		step_until(r, state);
 		break;
 	case QSM_CM_DRAINING:
 		/* the peer disconnects: DISCONNECTED arrives, the drain marker's flush is held */
 		ck_assert_int_eq(qsm_conn_connect(r->q), 0);
-		settle();
+		harness_settle(&world);
 		ck_assert_int_eq(qsm_conn_disconnect(server_queue()->q), 0);
 		ck_assert_int_eq(qsm_ctx_dispatch(sctx, 1), 1);
 		hold_all();
-		settle();
+		harness_settle(&world);
 		break;
 	case QSM_CM_RECONNECT_WAIT:
 		ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT, 1), 0);
 		ck_assert_int_eq(qsm_conn_connect(r->q), 0);
-		settle();
+		harness_settle(&world);
 		break;
 	case QSM_CM_FAILED:
 		ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT, 2), 0);
 		ck_assert_int_eq(qsm_conn_connect(r->q), 0);
-		run_for(1000);
+		harness_run_for(&world, 1000);
 		break;
 	}
 	unhold();
@@ -877,29 +829,29 @@ START_TEST(test_active_queue_takes_the_documented_edge_for_every_fault_in_every_
 	if (is_armed(w->fault)) {
 		ck_assert_int_eq(qsm_sim_inject(sim, sim_fault[w->fault], 1), 0);
 		connected = provoke_active(r, w->state, true);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_NONE) {
 		connected = provoke_active(r, w->state, true);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_HOLD) {
 		hold_all();
 		connected = provoke_active(r, w->state, false);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_DEVICE_REMOVAL) {
 		ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_DEVICE_ADDED) {
 		ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "192.0.2.2"), 0);
-		settle();
+		harness_settle(&world);
 	} else if (w->fault == F_QP_FATAL) {
 		ck_assert_int_eq(qsm_sim_qp_fatal(sim, cfab, r->q), active_has_qp(w->state) ? 0 : -ENOENT);
-		settle();
+		harness_settle(&world);
 	}
 
 	/* recovery */
 	disarm_all();
 	release_held();
-	settle();
+	harness_settle(&world);
 	if (w->fault == F_DEVICE_REMOVAL) {
 		/* every reference was released, in the gap too: the removal completed */
 		ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
@@ -915,7 +867,7 @@ START_TEST(test_active_queue_takes_the_documented_edge_for_every_fault_in_every_
 		if (s == QSM_CM_CONNECTED)
 			ck_assert_int_eq(qsm_conn_ready(r->q), 0);
 	}
-	run_for(RECOVER_MS);
+	harness_run_for(&world, RECOVER_MS);
 
 	check_row(w, QSM_MACHINE_CM_ID, r->log, r->nlog, mark, state_of(r));
 	if (!r->released && state_of(r) == QSM_CM_LIVE)
@@ -1026,25 +978,25 @@ static struct rec *drive_passive(struct rec *c, int state)
 	srv_defer = state == QSM_ACCEPT_REQUESTED || state == QSM_ACCEPT_ACCEPTING;
 	srv_auto_ready = state != QSM_ACCEPT_CONNECTED;
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	s = server_queue();
 	switch (state) {
 	case QSM_ACCEPT_ACCEPTING:
 		hold_all();
 		ck_assert_int_eq(qsm_conn_accept(s->q, NULL, 0), 0);
-		settle();
+		harness_settle(&world);
 		break;
 	case QSM_ACCEPT_DISCONNECTING:
 		hold_all();
 		ck_assert_int_eq(qsm_conn_disconnect(s->q), 0);
-		settle();
+		harness_settle(&world);
 		break;
 	case QSM_ACCEPT_DRAINING:
 		/* the peer disconnects */
 		ck_assert_int_eq(qsm_conn_disconnect(c->q), 0);
 		ck_assert_int_eq(qsm_ctx_dispatch(cctx, 1), 1);
 		hold_all();
-		settle();
+		harness_settle(&world);
 		break;
 	}
 	unhold();
@@ -1079,7 +1031,7 @@ START_TEST(test_passive_queue_takes_the_documented_edge_for_every_fault_in_every
 	struct rec *c, *s;
 	unsigned mark;
 
-	server_first = true; /* the server's own calls post first */
+	dispatch_order(true); /* the server's own calls post first */
 	listen_server();
 	c = new_client(0);
 	s = drive_passive(c, w->state);
@@ -1088,29 +1040,29 @@ START_TEST(test_passive_queue_takes_the_documented_edge_for_every_fault_in_every
 	if (is_armed(w->fault)) {
 		ck_assert_int_eq(qsm_sim_inject(sim, sim_fault[w->fault], 1), 0);
 		provoke_passive(s, w->state, true);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_NONE) {
 		provoke_passive(s, w->state, true);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_HOLD) {
 		hold_all();
 		provoke_passive(s, w->state, false);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_DEVICE_REMOVAL) {
 		ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 	} else if (w->fault == F_DEVICE_ADDED) {
 		ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "192.0.2.2"), 0);
-		settle();
+		harness_settle(&world);
 	} else if (w->fault == F_QP_FATAL) {
 		ck_assert_int_eq(qsm_sim_qp_fatal(sim, sfab, s->q),
 				 w->state == QSM_ACCEPT_REQUESTED ? -ENOENT : 0);
-		settle();
+		harness_settle(&world);
 	}
 
 	disarm_all();
 	release_held();
-	settle();
+	harness_settle(&world);
 	if (w->fault == F_DEVICE_REMOVAL) {
 		ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
 		ck_assert_int_eq(s->device_removed, 1);
@@ -1125,7 +1077,7 @@ START_TEST(test_passive_queue_takes_the_documented_edge_for_every_fault_in_every
 		if (st == QSM_ACCEPT_CONNECTED)
 			ck_assert_int_eq(qsm_conn_ready(s->q), 0);
 	}
-	run_for(RECOVER_MS);
+	harness_run_for(&world, RECOVER_MS);
 
 	check_row(w, QSM_MACHINE_ACCEPT, s->log, s->nlog, mark, state_of(s));
 	/* the active side comes back, unless it was the one that closed */
@@ -1175,10 +1127,10 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 
 	ck_assert_int_eq(qsm_listener_new(sctx, &o, &listener), 0);
 	if (w->state != QSM_LISTENER_IDLE)
-		settle();
+		harness_settle(&world);
 	if (w->state == QSM_LISTENER_RELISTEN_WAIT) {
 		ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
-		settle();
+		harness_settle(&world);
 	}
 	ck_assert_int_eq(qsm_listener_state(listener), w->state);
 	mark = nllog;
@@ -1187,22 +1139,22 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 	case F_DEVICE_REMOVAL:
 		ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"),
 				 w->state == QSM_LISTENER_RELISTEN_WAIT ? -EALREADY : 0);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 		break;
 	case F_DEVICE_ADDED:
 		if (w->state == QSM_LISTENER_RELISTEN_WAIT)
 			ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 		else
 			ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "192.0.2.2"), 0);
-		settle();
+		harness_settle(&world);
 		break;
 	case F_ENOMEM:
 		ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_ENOMEM, 1), 0);
 		if (w->state == QSM_LISTENER_RELISTEN_WAIT) {
-			run_for(1000); /* retries fail on the missing device, one on ENOMEM */
+			harness_run_for(&world, 1000); /* retries fail on the missing device, one on ENOMEM */
 			ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 		}
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 		break;
 	case F_HOLD:
 	case F_CONNECT_ERROR:
@@ -1213,7 +1165,7 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 			ck_assert_int_eq(qsm_sim_inject(sim, sim_fault[w->fault], 1), 0);
 		c = new_client(0);
 		ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-		run_for(HORIZON_MS);
+		harness_run_for(&world, HORIZON_MS);
 		break;
 	default:
 		ck_abort_msg("no listener scenario for %s", fault_names[w->fault]);
@@ -1221,10 +1173,10 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 
 	disarm_all();
 	release_held();
-	settle();
+	harness_settle(&world);
 	if (qsm_sim_device_state(sim, "sim0") == QSM_SIM_DEVICE_GONE)
 		ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
-	run_for(RECOVER_MS);
+	harness_run_for(&world, RECOVER_MS);
 
 	check_row(w, QSM_MACHINE_LISTENER, llog, nllog, mark, qsm_listener_state(listener));
 	if (c)
@@ -1232,7 +1184,7 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 	/* a client can connect now */
 	c = new_client(0);
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	run_for(1000);
+	harness_run_for(&world, 1000);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
 	finish();
 }
@@ -1256,19 +1208,19 @@ START_TEST(test_listener_relisten_timer_and_device_added_together_listen_once)
 	ck_assert_int_eq(qsm_conn_new(sctx, &o, &q), 0);
 	gap = rec_new(q, false);
 	ck_assert_int_eq(qsm_conn_connect(q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
 	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_listener_state(listener), QSM_LISTENER_RELISTEN_WAIT);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	/* the gap queue's DEVICE_ADDED is dispatched, the listener's stays queued ... */
 	ck_assert_int_eq(qsm_ctx_dispatch(sctx, 1), 1);
 	/* ... while its relisten timer expires */
-	vnow += 60 * MS;
-	settle();
+	world.now_ns += 60 * MS;
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_listener_state(listener), QSM_LISTENER_LISTENING);
-	run_for(1000);
+	harness_run_for(&world, 1000);
 	ck_assert_int_eq(qsm_listener_state(listener), QSM_LISTENER_LISTENING);
 	for (unsigned i = 0; i < nllog; i++)
 		ck_assert_msg(llog[i].to != UNEXPECTED, "listener: unexpected %s in %s",
@@ -1278,7 +1230,7 @@ START_TEST(test_listener_relisten_timer_and_device_added_together_listen_once)
 	gap->gone = true;
 	ck_assert_int_eq(qsm_listener_destroy(listener), 0);
 	listener = NULL;
-	settle();
+	harness_settle(&world);
 	{
 		struct qsm_sim_stats st;
 
@@ -1300,12 +1252,12 @@ START_TEST(test_accept_at_the_request_deadline_is_not_undone_by_the_old_timeout)
 	c = new_client(0);
 	srv_defer = true;
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	s = server_queue();
 	ck_assert_int_eq(qsm_conn_state(s->q), QSM_ACCEPT_REQUESTED);
-	vnow += 1000 * MS; /* request_ms: the request timer is due, the client's is not */
+	world.now_ns += 1000 * MS; /* request_ms: the request timer is due, the client's is not */
 	ck_assert_int_eq(qsm_conn_accept(s->q, NULL, 0), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(count_edges(s, 0, ANY, QSM_EV_TIMEOUT, ANY), 0);
 	ck_assert_int_eq(state_of(s), QSM_ACCEPT_LIVE);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
@@ -1322,11 +1274,11 @@ START_TEST(test_connect_at_the_retry_deadline_leaves_no_stray_retry)
 	c = new_client(0);
 	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT, 1), 0);
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_RECONNECT_WAIT);
-	vnow += 1000 * MS;
+	world.now_ns += 1000 * MS;
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
 	ck_assert_int_eq(count_edges(c, 0, ANY, QSM_EV_RETRY, UNEXPECTED), 0);
 	finish();
@@ -1343,19 +1295,19 @@ START_TEST(test_device_without_sentinel_is_not_held_through_the_gap)
 	c = new_client(0);
 	hold_all();
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	unhold();
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_ADDR_RESOLVING);
 	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_ENOMEM, 1), 0); /* the sentinel's id */
 	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT, 1), 0);
 	release_held();
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_RECONNECT_WAIT);
 	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
-	run_for(2000);
+	harness_run_for(&world, 2000);
 	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
-	run_for(5000);
+	harness_run_for(&world, 5000);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
 	finish();
 }
@@ -1371,17 +1323,17 @@ START_TEST(test_device_removed_before_route_resolution_is_not_held)
 	c = new_client(0);
 	hold_all();
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_ADDR_RESOLVING);
 	/* ADDR_RESOLVED, then DEVICE_REMOVAL, both held: released in that order */
 	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
 	release_held();
-	run_for(2000);
+	harness_run_for(&world, 2000);
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_RECONNECT_WAIT);
 	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
 	ck_assert_uint_eq(COUNT(cctx, devices_live), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
-	run_for(5000);
+	harness_run_for(&world, 5000);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
 	finish();
 }
@@ -1417,9 +1369,9 @@ START_TEST(test_nonzero_return_on_the_edge_into_closed_is_accounted)
 	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
 	r = rec_new(q, false);
 	ck_assert_int_eq(qsm_conn_connect(q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert(r->gone);
 	ck_assert(!r->released); /* no release after a non-zero return */
 	ck_assert_uint_eq(COUNT(cctx, queues_live), 0);
@@ -1438,16 +1390,16 @@ START_TEST(test_event_before_its_connect_request_is_counted_as_an_orphan)
 	c = new_client(0);
 	hold_all();
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	step_until(c, QSM_CM_CONNECTING); /* the CONNECT_REQUEST is held */
 	unhold();
 	/* the client gives up: the passive id is rejected (REJECTED is not held) */
 	ck_assert_int_eq(qsm_sim_qp_fatal(sim, cfab, c->q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_RECONNECT_WAIT);
 	check_accounting(sctx, &stally, "server");
 	release_held();
-	run_for(5000);
+	harness_run_for(&world, 5000);
 	ck_assert_int_eq(state_of(c), QSM_CM_LIVE);
 	check_accounting(sctx, &stally, "server");
 	ck_assert_uint_eq(COUNT(sctx, orphans), 1);
@@ -1465,9 +1417,9 @@ START_TEST(test_device_added_is_counted_once_per_dispatch)
 	c = new_client(0);
 	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT, 1), 0);
 	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "192.0.2.2"), 0);
-	settle();
+	harness_settle(&world);
 	ck_assert_int_eq(count_edges(c, 0, QSM_CM_RECONNECT_WAIT, QSM_EV_DEVICE_ADDED, QSM_CM_RECONNECT_WAIT), 1);
 	check_accounting(cctx, &ctally, "client");
 	check_accounting(sctx, &stally, "server");

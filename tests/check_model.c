@@ -15,6 +15,7 @@
 #include <qsm/sim.h>
 
 #include "check_main.h"
+#include "harness.h"
 
 /*
  * QSM_MODEL_SEED picks the seed (default: a fixed one, so CI is deterministic), and
@@ -104,6 +105,11 @@ static void __attribute__((format(printf, 1, 2))) violate(const char *fmt, ...)
 	va_end(ap);
 }
 
+static void world_fail(const char *msg)
+{
+	model_fail("%s", msg);
+}
+
 #define CHECK(cond, ...) do { if (!(cond)) model_fail(__VA_ARGS__); } while (0)
 
 static uint64_t rnd(void)
@@ -135,18 +141,13 @@ static bool chance(unsigned pct)
 	return below(100) < pct;
 }
 
-static uint64_t vnow;
-static uint64_t vclock(void *arg)
-{
-	(void)arg;
-	return vnow;
-}
-
 /* ---- the world ---- */
 
 static struct qsm_sim *sim;
 static struct qsm_fabric *fab[NCTX];
 static struct qsm_ctx *ctx[NCTX];
+/* the virtual clock and the order ctxs are dispatched in: ctx[0] first */
+static struct harness world = { .ctx = { &ctx[0], &ctx[1] }, .bound = 200000, .on_failure = world_fail };
 static const char *const dev_name[NDEV] = { "sim0", "sim1" };
 static const char *const dev_addr[NDEV] = { "192.0.2.1", "192.0.2.2" };
 static const uint16_t ports[] = { 4420, 4421, 4422 };
@@ -392,7 +393,7 @@ static struct rec *rec_new(struct qsm_conn *q, int c, bool passive)
 	r->q = q;
 	r->c = c;
 	r->passive = passive;
-	r->entered_ns = vnow;
+	r->entered_ns = world.now_ns;
 	r->auto_ready = !chance(15);
 	r->defer = passive && chance(20);
 	r->reject_pct = passive ? (chance(20) ? 50 : 0) : 0;
@@ -1372,7 +1373,7 @@ static int handle(struct qsm_conn *q, const struct qsm_event_info *ev, enum cb_k
 	learn_peer(r, ev);
 	if (ev->event == QSM_EV_TIMEOUT && (k == CB_EVENT || k == CB_UNEXPECTED)) {
 		uint32_t t = state_timeout_ms(r, ev->from);
-		uint64_t in = vnow - r->entered_ns;
+		uint64_t in = world.now_ns - r->entered_ns;
 
 		if (!t || in < t * MS)
 			violate("TIMEOUT reached %s %s after %llu ms there (its timeout: %u ms)",
@@ -1383,7 +1384,7 @@ static int handle(struct qsm_conn *q, const struct qsm_event_info *ev, enum cb_k
 		violate("stale %s reached %s %s", qsm_event_name(ev->event), r->passive ? "passive" : "active",
 			qsm_state_name(machine_of(r), ev->from));
 	if (k == CB_EVENT && ev->to != ev->from)
-		r->entered_ns = vnow;
+		r->entered_ns = world.now_ns;
 
 	if (k == CB_ENTER) {
 		if (ev->to == (r->passive ? QSM_ACCEPT_CONNECTED : QSM_CM_CONNECTED) && r->auto_ready)
@@ -1529,48 +1530,6 @@ static int dispatch(int c, unsigned budget)
 
 	CHECK(n >= 0, "dispatch returned %d", n);
 	return n;
-}
-
-static void settle(void)
-{
-	for (int guard = 0; guard < 200000; guard++) {
-		int n = 0;
-
-		for (int c = 0; c < NCTX; c++)
-			n += dispatch(c, 0);
-		if (!n)
-			return;
-	}
-	model_fail("no quiescence");
-}
-
-static int next_timer_ms(void)
-{
-	int best = -1;
-
-	for (int c = 0; c < NCTX; c++) {
-		int t = qsm_ctx_next_timeout_ms(ctx[c]);
-
-		if (t >= 0 && (best < 0 || t < best))
-			best = t;
-	}
-	return best;
-}
-
-static void run_for(unsigned ms)
-{
-	uint64_t end = vnow + ms * MS;
-
-	for (int guard = 0; guard < 200000; guard++) {
-		int t;
-
-		settle();
-		t = next_timer_ms();
-		if (t < 0 || vnow + (uint64_t)(t ? t : 1) * MS > end)
-			return;
-		vnow += (uint64_t)(t ? t : 1) * MS;
-	}
-	model_fail("run_for: endless timers");
 }
 
 static void sockaddr_of(struct sockaddr_in *sa, const char *ip, uint16_t port)
@@ -1761,7 +1720,7 @@ static void check_settled(void)
 static void quiesce_check(void)
 {
 	CHECK(sim_release() >= 0, "release");
-	run_for(8000);
+	harness_run_for(&world, 8000);
 	for (int d = 0; d < NDEV; d++)
 		CHECK(qsm_sim_device_state(sim, dev_name[d]) != QSM_SIM_DEVICE_REMOVING,
 		      "%s still REMOVING after everything settled and timed out", dev_name[d]);
@@ -1783,14 +1742,14 @@ static void one_step(void)
 	if (x < 20) { step_new_listener(); return; } x -= 20;
 	if (x < 6) { step_destroy_listener(); return; } x -= 6;
 	if (x < 170) { dispatch((int)below(NCTX), 1 + below(8)); return; } x -= 170;
-	if (x < 120) { settle(); return; } x -= 120;
+	if (x < 120) { harness_settle(&world); return; } x -= 120;
 	if (x < 90) {
-		int t = next_timer_ms();
+		int t = harness_next_timer_ms(&world);
 
 		if (t > 0 && chance(70))
-			vnow += (uint64_t)t * MS;
+			world.now_ns += (uint64_t)t * MS;
 		else
-			vnow += (uint64_t)below(3000) * MS;
+			world.now_ns += (uint64_t)below(3000) * MS;
 		return;
 	}
 	x -= 90;
@@ -1849,7 +1808,7 @@ static void one_step(void)
 	if (x < 15) { if ((r = some_data_rec())) { observe(r); op_rdma(r, false); } return; } x -= 15;
 	if (x < 10) { if ((r = some_live(false))) op_mr(r); return; } x -= 10;
 	/* the rest: handlers' own calls carry the step */
-	settle();
+	harness_settle(&world);
 }
 
 /* ---- the invariants ---- */
@@ -1951,7 +1910,7 @@ static void world_new(void)
 	for (int d = 0; d < NDEV; d++)
 		CHECK(qsm_sim_device_add(sim, dev_name[d], dev_addr[d]) == 0, "device_add");
 	for (int c = 0; c < NCTX; c++) {
-		struct qsm_ctx_opts o = { .now_ns = vclock, .seed = seed + (uint64_t)c };
+		struct qsm_ctx_opts o = { .now_ns = harness_clock, .now_arg = &world, .seed = seed + (uint64_t)c };
 
 		CHECK(qsm_sim_fabric_new(sim, &fab[c]) == 0, "fabric");
 		o.fabric = fab[c];
@@ -1977,7 +1936,7 @@ static void world_end(void)
 			do_destroy(live[0]);
 		while (nlisteners)
 			step_destroy_listener();
-		run_for(60000);
+		harness_run_for(&world, 60000);
 		check_all();
 		qsm_ctx_counters(ctx[0], &k0);
 		qsm_ctx_counters(ctx[1], &k1);
@@ -2019,7 +1978,7 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	nsteps = (unsigned)env_u64("QSM_MODEL_STEPS", DEFAULT_STEPS);
 	strict = env_u64("QSM_MODEL_STRICT", 1) != 0;
 	rng = mix(seed);
-	vnow = 1000 * MS;
+	world.now_ns = 1000 * MS;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	listen_timeouts = (struct qsm_timeouts){
 		.request_ms = some_ms(50, 50, 3000), .connect_ms = some_ms(50, 50, 3000),
@@ -2043,7 +2002,7 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	       "listeners=%u faults=%u removals=%u adds=%u qp_fatal=%u virtual=%.0fs in %.2fs\n",
 	       (unsigned long long)seed, nsteps, n_active_made + n_passive_made, n_active_made,
 	       n_passive_made, peak_live, n_listeners_made, n_faults, n_removals, n_adds, n_fatals,
-	       (double)(vnow - 1000 * MS) / 1e9,
+	       (double)(world.now_ns - 1000 * MS) / 1e9,
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 	printf("model: data: %u posts (-ENOTCONN %u, -EINVAL %u, -ENOMEM %u), posted recv %u send %u "
 	       "write %u read %u (%u had to fail); completions %u (success %u, flushed %u, errors %u), "
