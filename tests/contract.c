@@ -1,0 +1,1152 @@
+/* rdma-qsm tests: the fabric contract (src/fabric/fabric.h), written once against a fixture
+ * (contract.h) and run on the sim in make check and on rdmacm over soft-RoCE in the VM. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <qsm/events.h>
+
+#include "contract.h"
+
+const struct contract_fixture *contract_fx;
+struct qsm_fabric *fc, *fs;
+struct qsm_fabric_event ev;
+char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;
+
+const struct qsm_fabric_qp_attr qp_attr = {
+	.max_send_wr = 16, .max_recv_wr = 16,
+	.max_send_sge = QSM_FABRIC_MAX_SGE, .max_recv_sge = QSM_FABRIC_MAX_SGE,
+};
+
+
+
+
+
+struct sockaddr_storage ip(const char *text, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+
+	memset(&ss, 0, sizeof(ss));
+	if (inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+	} else {
+		ck_assert_int_eq(inet_pton(AF_INET6, text, &in6->sin6_addr), 1);
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+	}
+	return ss;
+}
+
+
+/* An address for one call; a few live at once, enough for one call's arguments. */
+const struct sockaddr *at(const char *text, uint16_t port)
+{
+	static struct sockaddr_storage ring[4];
+	static unsigned next;
+	struct sockaddr_storage *ss = &ring[next++ % 4];
+
+	*ss = ip(text, port);
+	return (const struct sockaddr *)ss;
+}
+
+unsigned port_of(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+int fd_readable(struct qsm_fabric *f)
+{
+	struct pollfd p = { .fd = f->ops->fd(f), .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+
+/* Waits until f's fd is readable, at most @ms (the sim: 0, everything is queued already). */
+static void wait_readable(struct qsm_fabric *f, int ms)
+{
+	struct pollfd p = { .fd = f->ops->fd(f), .events = POLLIN };
+
+	if (ms > 0)
+		poll(&p, 1, ms);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The next event of f within @ms: 0, or what get_event() last said (-EAGAIN: none came). */
+static int next_event(struct qsm_fabric *f, int ms)
+{
+	int64_t end = now_ms() + ms;
+	int r;
+
+	for (;;) {
+		r = f->ops->get_event(f, &ev);
+		if (r != -EAGAIN || now_ms() >= end)
+			return r;
+		wait_readable(f, (int)(end - now_ms()));
+	}
+}
+
+/* Take the next event of f and check its kind and owner; the caller's line is in the message. */
+struct qsm_fabric_event *expect_at(int line, struct qsm_fabric *f, int event, void *owner)
+{
+	int r = next_event(f, contract_fx->event_wait_ms);
+
+	ck_assert_msg(r == 0, "line %d: expected event %d (%s), got none (%d)", line, event,
+		      qsm_event_name(event) ? qsm_event_name(event) : "?", r);
+	ck_assert_msg(ev.event == event, "line %d: expected event %d (%s), got %d (%s, status %d)", line, event,
+		      qsm_event_name(event) ? qsm_event_name(event) : "?", ev.event,
+		      qsm_event_name(ev.event) ? qsm_event_name(ev.event) : "?", ev.status);
+	ck_assert_msg(ev.owner == owner, "line %d: event %d for the wrong owner", line, event);
+	return &ev;
+}
+
+void expect_none_at(int line, struct qsm_fabric *f)
+{
+	int r = next_event(f, contract_fx->quiet_ms);
+
+	ck_assert_msg(r == -EAGAIN, "line %d: expected no event, got %d (event %d%s%s, status %d, wr_id %llu, wc status %d)",
+		      line, r, r ? 0 : ev.event, r ? "" : " ", r || !qsm_event_name(ev.event) ? "" : qsm_event_name(ev.event),
+		      r ? 0 : ev.status, r ? 0ull : (unsigned long long)ev.wc.wr_id, r ? 0 : (int)ev.wc.status);
+	if (contract_fx->fd_exact)
+		ck_assert_msg(!fd_readable(f), "line %d: fd readable with an empty queue", line);
+}
+
+void expect_qp_at(int line, struct qsm_fabric *f, void *owner, int state)
+{
+	if (contract_fx->qp_state)
+		ck_assert_msg(contract_fx->qp_state(f, owner) == state, "line %d: QP in state %d, expected %d", line,
+			      contract_fx->qp_state(f, owner), state);
+}
+
+void expect_nothing_pending(void)
+{
+	if (contract_fx->check_no_pending)
+		contract_fx->check_no_pending();
+}
+
+void assert_clean(void)
+{
+	expect_none(fc);
+	expect_none(fs);
+	if (contract_fx->check_clean)
+		contract_fx->check_clean();
+}
+
+
+struct qsm_fid *listener_on(struct qsm_fabric *f, void *owner, const char *addr, uint16_t port)
+{
+	struct qsm_fid *id;
+	struct sockaddr_storage ss = ip(addr, port);
+
+	ck_assert_int_eq(f->ops->create_id(f, owner, &id), 0);
+	ck_assert_int_eq(f->ops->bind(id, SA(ss)), 0);
+	ck_assert_int_eq(f->ops->listen(id, 16), 0);
+	return id;
+}
+
+/* An active id with route and QP, ready to connect; src NULL lets the destination pick the device. */
+struct qsm_fid *active_ready(void *owner, const char *src, const char *dst, uint16_t port)
+{
+	struct qsm_fid *id;
+	struct sockaddr_storage s = src ? ip(src, 0) : ip("0.0.0.0", 0), d = ip(dst, port);
+
+	ck_assert_int_eq(fc->ops->create_id(fc, owner, &id), 0);
+	ck_assert_int_eq(fc->ops->resolve_addr(id, src ? SA(s) : NULL, SA(d), 1000), 0);
+	expect(fc, QSM_EV_ADDR_RESOLVED, owner);
+	ck_assert_int_eq(fc->ops->resolve_route(id, 1000), 0);
+	expect(fc, QSM_EV_ROUTE_RESOLVED, owner);
+	ck_assert_int_eq(fc->ops->create_qp(id, &qp_attr), 0);
+	return id;
+}
+
+/* The passive id of the CONNECT_REQUEST the server fabric has next, adopted with a QP. */
+struct qsm_fid *take_request(void *listen_owner, void *owner)
+{
+	struct qsm_fid *p;
+
+	expect(fs, QSM_EV_CONNECT_REQUEST, NULL);
+	ck_assert_ptr_eq(ev.listen_owner, listen_owner);
+	p = ev.id;
+	fs->ops->set_owner(p, owner);
+	ck_assert_int_eq(fs->ops->create_qp(p, &qp_attr), 0);
+	return p;
+}
+
+/* Client (A_IP, fabric fc, owner CLI) connected to server (B_IP:PORT, fabric fs, owner SRV). */
+void connect_pair(struct qsm_fid **a, struct qsm_fid **p)
+{
+	*a = active_ready(&CLI, A_IP, B_IP, PORT);
+	ck_assert_int_eq(fc->ops->connect(*a, NULL, 0), 0);
+	*p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(*p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+}
+
+void destroy_all(struct qsm_fabric *f, struct qsm_fid **ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		f->ops->destroy_id(ids[i]);
+}
+
+
+struct region reg(struct qsm_fabric *f, struct qsm_fid *id, void *mem, size_t len, int access)
+{
+	struct region r = { .mem = mem };
+
+	ck_assert_int_eq(f->ops->reg_mr(f->ops->id_device(id), mem, len, access, &r.mr, &r.lkey, &r.rkey), 0);
+	return r;
+}
+
+struct qsm_fabric_sge sge(const struct region *r, size_t off, uint32_t len)
+{
+	return (struct qsm_fabric_sge){ .addr = (uintptr_t)(r->mem + off), .length = len, .lkey = r->lkey };
+}
+
+int post_wr(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode op,
+		   const struct qsm_fabric_sge *sg, int n, uint64_t remote_addr, uint32_t rkey)
+{
+	struct qsm_fabric_wr wr = { .wr_id = wr_id, .opcode = op, .sg_list = sg, .num_sge = n,
+				    .remote_addr = remote_addr, .rkey = rkey, .signaled = true };
+
+	return f->ops->post_send(id, &wr);
+}
+
+int post_send1(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, struct qsm_fabric_sge sg)
+{
+	return post_wr(f, id, wr_id, QSM_WR_SEND, &sg, 1, 0, 0);
+}
+
+int post_recv1(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, struct qsm_fabric_sge sg)
+{
+	return f->ops->post_recv(id, wr_id, &sg, 1);
+}
+
+/* Take the next event of f: a completion of `wr_id` with that status and opcode. */
+struct qsm_fabric_wc *expect_wc_at(int line, struct qsm_fabric *f, void *owner, uint64_t wr_id,
+					  enum qsm_wc_status status, enum qsm_wr_opcode opcode)
+{
+	expect_at(line, f, QSM_EV_COMPLETION, owner);
+	ck_assert_msg(ev.wc.wr_id == wr_id, "line %d: completion of wr %llu, expected %llu", line,
+		      (unsigned long long)ev.wc.wr_id, (unsigned long long)wr_id);
+	ck_assert_msg(ev.wc.status == status, "line %d: wr %llu status %d, expected %d", line,
+		      (unsigned long long)wr_id, ev.wc.status, status);
+	ck_assert_msg(ev.wc.opcode == opcode, "line %d: wr %llu opcode %d, expected %d", line,
+		      (unsigned long long)wr_id, ev.wc.opcode, opcode);
+	return &ev.wc;
+}
+
+void fill(uint8_t *p, size_t n, uint8_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed + i * 7);
+}
+
+void expect_bytes_at(int line, const uint8_t *got, const uint8_t *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == want[i], "line %d: byte %zu is %u, expected %u", line, i, got[i], want[i]);
+}
+
+void expect_zero_at(int line, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(p[i] == 0, "line %d: byte %zu written (%u)", line, i, p[i]);
+}
+
+/* Disconnect a connected pair from the client side and destroy it (and the listener, if given). */
+void pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p)
+{
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(p);
+	if (l)
+		fs->ops->destroy_id(l);
+}
+
+
+/* ---- the cases ---- */
+
+START_TEST(test_connect_accept_establishes_both_sides_across_two_fabrics)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+	const char req[] = "login", rep[] = "welcome";
+
+	expect_qp(fc, &CLI, QSM_QP_INIT);
+	ck_assert_int_eq(fc->ops->connect(a, req, sizeof(req)), 0);
+	expect_none(fc);
+
+	/* The request is a new id, unowned, in the listener's fabric, on the server's device. */
+	expect(fs, QSM_EV_CONNECT_REQUEST, NULL);
+	ck_assert_ptr_eq(ev.listen_owner, &LIS);
+	ck_assert_ptr_nonnull(ev.id);
+	ck_assert_ptr_ne(ev.id, l);
+	ck_assert_uint_eq(ev.private_data_len, QSM_SIM_REQ_PDATA);
+	ck_assert_mem_eq(ev.private_data, req, sizeof(req));
+	ck_assert_uint_eq(ev.private_data[sizeof(req)], 0);
+	p = ev.id;
+	ck_assert_str_eq(fs->ops->device_name(fs->ops->id_device(p)), B_DEV);
+	ck_assert_str_eq(fc->ops->device_name(fc->ops->id_device(a)), A_DEV);
+
+	fs->ops->set_owner(p, &SRV);
+	ck_assert_int_eq(fs->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fs->ops->accept(p, rep, sizeof(rep)), 0);
+
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	ck_assert_int_eq(ev.status, 0);
+	ck_assert_uint_eq(ev.private_data_len, QSM_SIM_REP_PDATA);
+	ck_assert_mem_eq(ev.private_data, rep, sizeof(rep));
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	ck_assert_uint_eq(ev.private_data_len, 0);
+	expect_qp(fc, &CLI, QSM_QP_RTS);
+	expect_qp(fs, &SRV, QSM_QP_RTS);
+
+	fc->ops->destroy_id(a);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_disconnect_gives_each_side_disconnected_once_then_timewait_exit)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+
+	connect_pair(&a, &p);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	/* The peer, handling its DISCONNECTED, disconnects too, as every ULP does. */
+	ck_assert_int_eq(fs->ops->disconnect(p), 0);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect_none(fc);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	expect_none(fs);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	expect_qp(fs, &SRV, QSM_QP_ERR);
+
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_ids_in_one_fabric_connect_to_each_other_on_loopback)
+{
+	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
+	struct sockaddr_storage d = ip(B_IP, PORT), src;
+
+	ck_assert_int_eq(fc->ops->create_id(fc, &CLI, &a), 0);
+	ck_assert_int_eq(fc->ops->resolve_addr(a, NULL, SA(d), 1000), 0);
+	expect(fc, QSM_EV_ADDR_RESOLVED, &CLI);
+	/* No source: the device that serves the destination carries it. */
+	ck_assert_str_eq(fc->ops->device_name(fc->ops->id_device(a)), B_DEV);
+	ck_assert_int_eq(fc->ops->id_src_addr(a, &src), 0);
+	ck_assert_int_eq(port_of(&src) >= 32768, 1);
+	ck_assert_int_eq(fc->ops->resolve_route(a, 1000), 0);
+	expect(fc, QSM_EV_ROUTE_RESOLVED, &CLI);
+	ck_assert_int_eq(fc->ops->create_qp(a, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_REQUEST, NULL);
+	ck_assert_ptr_eq(ev.listen_owner, &LIS);
+	p = ev.id;
+	ck_assert_int_eq(fc->ops->id_src_addr(p, &src), 0);
+	ck_assert_uint_eq(port_of(&src), PORT);
+	fc->ops->set_owner(p, &SRV);
+	ck_assert_int_eq(fc->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fc, QSM_EV_ESTABLISHED, &SRV);
+	ck_assert_int_eq(fc->ops->disconnect(p), 0);
+	/* Both DISCONNECTED come before either TIMEWAIT_EXIT. */
+	expect(fc, QSM_EV_DISCONNECTED, &SRV);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	destroy_all(fc, (struct qsm_fid *[]){ a, p, l }, 3);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_reject_with_private_data_reaches_active_side_only)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+	const char why[] = "no such subsystem";
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->reject(p, why, sizeof(why)), 0);
+	expect(fc, QSM_EV_REJECTED, &CLI);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_CONSUMER);
+	ck_assert_uint_eq(ev.private_data_len, QSM_SIM_REJ_PDATA);
+	ck_assert_mem_eq(ev.private_data, why, sizeof(why));
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	expect_none(fs);
+	/* The rejected id stays until the runtime destroys it; no second answer is possible. */
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), -EINVAL);
+	ck_assert_int_eq(fs->ops->reject(p, NULL, 0), -EINVAL);
+	fs->ops->destroy_id(p);
+	expect_none(fc);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_connect_without_listener_is_rejected_as_invalid_service)
+{
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT);
+
+	ck_assert_int_eq(fc->ops->connect(a, "x", 1), 0);
+	expect(fc, QSM_EV_REJECTED, &CLI);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_INVALID_SERVICE_ID);
+	expect_none(fs);
+	fc->ops->destroy_id(a);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_connected_id_disconnects_the_peer_with_timewait)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+
+	connect_pair(&a, &p);
+	fs->ops->destroy_id(p);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect_none(fc);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_unanswered_request_rejects_the_active_side)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	fs->ops->destroy_id(p);
+	expect(fc, QSM_EV_REJECTED, &CLI);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_CONSUMER);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_active_id_while_request_pending_rejects_the_passive_side)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	fc->ops->destroy_id(a);
+	expect(fs, QSM_EV_REJECTED, &SRV);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_TIMEOUT);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), -EINVAL);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_disconnect_while_request_pending_turns_the_accept_into_connect_error)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_ERROR, &CLI);
+	expect(fs, QSM_EV_REJECTED, &SRV);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_CONSUMER);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_private_data_limits_are_56_196_148)
+{
+	static const char big[QSM_SIM_REP_PDATA + 1];
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, big, QSM_SIM_REQ_PDATA + 1), -EINVAL);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 1), -EINVAL);
+	expect_none(fc);
+	expect_none(fs);
+	ck_assert_int_eq(fc->ops->connect(a, big, QSM_SIM_REQ_PDATA), 0);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(p, big, QSM_SIM_REP_PDATA + 1), -EINVAL);
+	ck_assert_int_eq(fs->ops->reject(p, big, QSM_SIM_REJ_PDATA + 1), -EINVAL);
+	expect_none(fc);
+	ck_assert_int_eq(fs->ops->reject(p, big, QSM_SIM_REJ_PDATA), 0);
+	expect(fc, QSM_EV_REJECTED, &CLI);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+
+	l = listener_on(fs, &LIS, B_IP, PORT);
+	a = active_ready(&CLI, A_IP, B_IP, PORT);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(p, big, QSM_SIM_REP_PDATA), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	fc->ops->destroy_id(a);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_lands_in_the_peers_recv_byte_for_byte_across_two_fabrics)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[64], dst[64] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_wc *wc;
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 1);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, sizeof(dst))), 0);
+	expect_none(fs);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 40)), 0);
+
+	wc = expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	ck_assert_uint_eq(wc->byte_len, 40);
+	ck_assert_ptr_eq(ev.id, p);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	ck_assert_ptr_eq(ev.id, a);
+	expect_bytes(dst, src, 40);
+	expect_zero(dst + 40, sizeof(dst) - 40);
+	expect_none(fc);
+	expect_none(fs);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_recvs_are_consumed_in_post_order)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 'a', 'b', 'c', 'd', 'e' }, dst[3 * 8] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+	/* Message i is i + 1 bytes long, from src + i. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_send1(fc, a, 1 + i, sge(&rs, i, i + 1)), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(expect_wc(fs, &SRV, 100 + i, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, i + 1);
+		expect_bytes(dst + 8 * i, src + i, i + 1);
+		expect_zero(dst + 8 * i + i + 1, 8 - (i + 1));
+	}
+	for (int i = 0; i < 3; i++)
+		expect_wc(fc, &CLI, 1 + i, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_none(fs);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_gathers_its_sges_and_the_recv_scatters_them)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[64], dst[64] = { 0 }, want[18];
+	struct region rs, rd;
+	struct qsm_fabric_sge gather[3], scatter[2];
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 3);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	gather[0] = sge(&rs, 50, 5);
+	gather[1] = sge(&rs, 0, 10);
+	gather[2] = sge(&rs, 30, 3);
+	memcpy(want, src + 50, 5);
+	memcpy(want + 5, src, 10);
+	memcpy(want + 15, src + 30, 3);
+	scatter[0] = sge(&rd, 40, 7);
+	scatter[1] = sge(&rd, 4, 20);
+	ck_assert_int_eq(fs->ops->post_recv(p, 100, scatter, 2), 0);
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_SEND, gather, 3, 0, 0), 0);
+
+	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 18);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_bytes(dst + 40, want, 7);
+	expect_bytes(dst + 4, want + 7, 11);
+	expect_zero(dst, 4);
+	expect_zero(dst + 15, 40 - 15);
+	expect_zero(dst + 47, sizeof(dst) - 47);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_writer)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[32], dst[64] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge gather[2];
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 5);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	gather[0] = sge(&rs, 16, 16);
+	gather[1] = sge(&rs, 0, 8);
+	ck_assert_int_eq(post_wr(fc, a, 7, QSM_WR_RDMA_WRITE, gather, 2, (uintptr_t)(dst + 8), rd.rkey), 0);
+	expect_wc(fc, &CLI, 7, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fs);
+	expect_zero(dst, 8);
+	expect_bytes(dst + 8, src + 16, 16);
+	expect_bytes(dst + 24, src, 8);
+	expect_zero(dst + 32, sizeof(dst) - 32);
+
+	/* A zero-length write checks no rkey (IB spec): it succeeds with a key that names nothing. */
+	ck_assert_int_eq(post_wr(fc, a, 8, QSM_WR_RDMA_WRITE, NULL, 0, 0, 0xdead), 0);
+	expect_wc(fc, &CLI, 8, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_qp(fc, &CLI, QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_zero_length_rdma_checks_no_rkey_and_touches_no_memory)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t local[16], want[16];
+	struct region rl;
+	struct qsm_fabric_sge empty;
+
+	connect_pair(&a, &p);
+	fill(local, sizeof(local), 3);
+	memcpy(want, local, sizeof(want));
+	rl = reg(fc, a, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE);
+	empty = sge(&rl, 0, 0);
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_RDMA_WRITE, &empty, 1, 0, 0xdead), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE)->byte_len, 0);
+	ck_assert_int_eq(post_wr(fc, a, 2, QSM_WR_RDMA_READ, &empty, 1, 0, 0xdead), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 0);
+	ck_assert_int_eq(post_wr(fc, a, 3, QSM_WR_RDMA_READ, NULL, 0, 0, 0), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 3, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 0);
+	expect_none(fc);
+	expect_none(fs);
+	expect_bytes(local, want, sizeof(local));
+	expect_qp(fc, &CLI, QSM_QP_RTS);
+	expect_qp(fs, &SRV, QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rl.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_rdma_read_fetches_from_the_rkey_into_local_sges)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t remote[64], local[32] = { 0 };
+	struct region rl, rr;
+	struct qsm_fabric_sge scatter[2];
+
+	connect_pair(&a, &p);
+	fill(remote, sizeof(remote), 9);
+	rl = reg(fc, a, local, sizeof(local), QSM_ACCESS_LOCAL_WRITE);
+	rr = reg(fs, p, remote, sizeof(remote), QSM_ACCESS_REMOTE_READ);
+	scatter[0] = sge(&rl, 20, 4);
+	scatter[1] = sge(&rl, 0, 12);
+	ck_assert_int_eq(post_wr(fc, a, 9, QSM_WR_RDMA_READ, scatter, 2, (uintptr_t)(remote + 48), rr.rkey), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 9, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 16);
+	expect_none(fs);
+	expect_bytes(local + 20, remote + 48, 4);
+	expect_bytes(local, remote + 52, 12);
+	expect_zero(local + 12, 8);
+	expect_zero(local + 24, 8);
+
+	fc->ops->dereg_mr(rl.mr);
+	fs->ops->dereg_mr(rr.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_refused_rkey_is_rem_access_err_then_wc_error_and_both_qps_in_err)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 1 }, dst[32] = { 0 };
+	struct region rs, rd;
+	enum { NO_REMOTE_WRITE, PAST_THE_END, LKEY_AS_RKEY, READ_WITHOUT_REMOTE_READ, CASES };
+
+	for (int c = 0; c < CASES; c++) {
+		enum qsm_wr_opcode op = c == READ_WITHOUT_REMOTE_READ ? QSM_WR_RDMA_READ : QSM_WR_RDMA_WRITE;
+		int access = c == NO_REMOTE_WRITE ? QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_READ
+						  : QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE;
+		uint64_t raddr = (uintptr_t)(c == PAST_THE_END ? dst + 20 : dst);
+		struct qsm_fabric_sge s;
+
+		connect_pair(&a, &p);
+		rs = reg(fc, a, src, sizeof(src), QSM_ACCESS_LOCAL_WRITE);
+		rd = reg(fs, p, dst, sizeof(dst), access);
+		s = sge(&rs, 0, sizeof(src));
+		ck_assert_int_eq(post_wr(fc, a, 1, op, &s, 1, raddr, c == LKEY_AS_RKEY ? rd.lkey : rd.rkey), 0);
+		/* The responder's QP errs with an async access error, reported as QP_FATAL. */
+		expect(fs, QSM_EV_QP_FATAL, &SRV);
+		expect_none(fs);
+		expect_wc(fc, &CLI, 1, QSM_WC_REM_ACCESS_ERR, op);
+		expect(fc, QSM_EV_WC_ERROR, &CLI);
+		ck_assert_int_eq(ev.status, -EIO);
+		expect_none(fc);
+		expect_qp(fc, &CLI, QSM_QP_ERR);
+		expect_qp(fs, &SRV, QSM_QP_ERR);
+		expect_zero(dst, sizeof(dst));
+		fc->ops->dereg_mr(rs.mr);
+		fs->ops->dereg_mr(rd.mr);
+		pair_down(NULL, a, p);
+	}
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 0 };
+	struct region rs;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_RNR_RETRY_EXC_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	/* An RNR NAK is flow control: the responder hears nothing and stays in RTS. */
+	expect_none(fs);
+	expect_qp(fs, &SRV, QSM_QP_RTS);
+
+	fc->ops->dereg_mr(rs.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_message_larger_than_the_recv_is_loc_len_err_at_the_receiver)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 1, 2, 3 }, dst[72] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 64)), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 16)), 0);
+	/* The receiver completes the recv in error, then its QP's other recvs flush. */
+	expect_wc(fs, &SRV, 100, QSM_WC_LOC_LEN_ERR, QSM_WR_RECV);
+	ck_assert_uint_eq(ev.wc.byte_len, 0);
+	expect(fs, QSM_EV_WC_ERROR, &SRV);
+	expect_wc(fs, &SRV, 101, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_none(fs);
+	/* REM_INV_REQ on hardware; the subset says GENERAL_ERR. */
+	expect_wc(fc, &CLI, 1, QSM_WC_GENERAL_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	expect_qp(fs, &SRV, QSM_QP_ERR);
+	expect_zero(dst, sizeof(dst));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_recv_whose_lkey_does_not_grant_local_write_is_loc_prot_err_when_a_send_lands)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1 }, dst[8] = { 0 };
+	struct region rs, rd;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_REMOTE_READ);
+	/* Like hardware, the post succeeds: the key is checked when data is placed. */
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	expect_none(fs);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	expect_wc(fs, &SRV, 100, QSM_WC_LOC_PROT_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_WC_ERROR, &SRV);
+	expect_wc(fc, &CLI, 1, QSM_WC_GENERAL_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_qp(fs, &SRV, QSM_QP_ERR);
+	expect_zero(dst, sizeof(dst));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 0 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, 8, 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 16)), 0);
+	s = sge(&rs, 4, 8);   /* 4 bytes past the MR */
+	/* Unsignaled: an error comes back all the same. */
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_LOC_PROT_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	expect_none(fs);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	expect_qp(fs, &SRV, QSM_QP_RTS);
+
+	/* The receiver's recv is still there: the disconnect flushes it, before DISCONNECTED. */
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect_wc(fs, &SRV, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_unsignaled_send_completes_only_at_the_receiver)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 4, 3, 2, 1 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 8)), 0);
+	s = sge(&rs, 0, 4);
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 4);
+	expect_bytes(dst, src, 4);
+	expect_none(fc);
+	ck_assert_int_eq(post_send1(fc, a, 2, sge(&rs, 0, 8)), 0);
+	expect_wc(fs, &SRV, 101, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_drain_flushes_posted_recvs_in_post_order_before_drained)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t dst[24] = { 0 };
+	struct region rd;
+
+	connect_pair(&a, &p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+	ck_assert_int_eq(fs->ops->drain(p), 0);
+	for (int i = 0; i < 3; i++)
+		expect_wc(fs, &SRV, 100 + i, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	/* The marker flushes last and is no completion: DRAINED is. Flushes are no WC_ERROR. */
+	expect(fs, QSM_EV_DRAINED, &SRV);
+	expect_none(fs);
+	expect_none(fc);
+	expect_nothing_pending();
+
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_post_after_err_returns_0_and_completes_with_flush_err)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t buf[8] = { 0 };
+	struct region r;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	r = reg(fc, a, buf, sizeof(buf), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	ck_assert_int_eq(fc->ops->drain(a), 0);
+	expect(fc, QSM_EV_DRAINED, &CLI);
+	s = sge(&r, 0, 8);
+	ck_assert_int_eq(post_recv1(fc, a, 100, s), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, s), 0);
+	/* Unsignaled too: the ULP always gets its buffers back. */
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 2, .opcode = QSM_WR_RDMA_WRITE,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	ck_assert_int_eq(post_wr(fc, a, 3, QSM_WR_RDMA_READ, &s, 1, (uintptr_t)buf, r.rkey), 0);
+	expect_wc(fc, &CLI, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 1, QSM_WC_WR_FLUSH_ERR, QSM_WR_SEND);
+	expect_wc(fc, &CLI, 2, QSM_WC_WR_FLUSH_ERR, QSM_WR_RDMA_WRITE);
+	expect_wc(fc, &CLI, 3, QSM_WC_WR_FLUSH_ERR, QSM_WR_RDMA_READ);
+	expect_none(fc);
+	expect_none(fs);
+
+	fc->ops->dereg_mr(r.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_post_send_needs_an_established_qp_and_post_recv_works_from_init)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p, *bare;
+	uint8_t cbuf[8] = { 0 }, sbuf[8] = { 8, 7, 6, 5, 4, 3, 2, 1 };
+	struct region rc, rsv;
+
+	rc = reg(fc, a, cbuf, sizeof(cbuf), QSM_ACCESS_LOCAL_WRITE);
+	expect_qp(fc, &CLI, QSM_QP_INIT);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rc, 0, 8)), -EINVAL);
+	ck_assert_int_eq(post_recv1(fc, a, 100, sge(&rc, 0, 8)), 0);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	rsv = reg(fs, p, sbuf, sizeof(sbuf), 0);
+	/* The passive QP is RTR at most until the accept: no sends yet. */
+	ck_assert_int_eq(post_send1(fs, p, 2, sge(&rsv, 0, 8)), -EINVAL);
+	expect_none(fc);
+	expect_none(fs);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	/* The recv posted before the connection came up takes the first message. */
+	ck_assert_int_eq(post_send1(fs, p, 2, sge(&rsv, 0, 8)), 0);
+	ck_assert_uint_eq(expect_wc(fc, &CLI, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 8);
+	expect_bytes(cbuf, sbuf, 8);
+	expect_wc(fs, &SRV, 2, QSM_WC_SUCCESS, QSM_WR_SEND);
+
+	/* No QP, no posting. */
+	ck_assert_int_eq(fc->ops->create_id(fc, &CLI2, &bare), 0);
+	ck_assert_int_eq(post_recv1(fc, bare, 1, sge(&rc, 0, 8)), -EINVAL);
+	ck_assert_int_eq(post_send1(fc, bare, 1, sge(&rc, 0, 8)), -EINVAL);
+	fc->ops->destroy_id(bare);
+
+	fc->ops->dereg_mr(rc.mr);
+	fs->ops->dereg_mr(rsv.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_id_discards_outstanding_recvs_without_completions)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t dst[8] = { 0 };
+	struct region rd;
+
+	connect_pair(&a, &p);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 8)), 0);
+	fs->ops->destroy_id(p);
+	expect_none(fs);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_loopback_send_between_ids_of_one_fabric)
+{
+	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, dst[8] = { 0 };
+	struct region rs, rd;
+
+	a = active_ready(&CLI, NULL, B_IP, PORT);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_REQUEST, NULL);
+	p = ev.id;
+	fc->ops->set_owner(p, &SRV);
+	ck_assert_int_eq(fc->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fc, QSM_EV_ESTABLISHED, &SRV);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fc, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fc, p, 100, sge(&rd, 0, 8)), 0);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
+	/* The receiver's completion comes first: the data lands before the ACK returns. */
+	expect_wc(fc, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_bytes(dst, src, 8);
+	fc->ops->dereg_mr(rs.mr);
+	fc->ops->dereg_mr(rd.mr);
+	destroy_all(fc, (struct qsm_fid *[]){ a, p, l }, 3);
+	expect_none(fc);
+	assert_clean();
+}
+END_TEST
+
+
+/* ---- running it ---- */
+
+static void contract_setup(void)
+{
+	fc = fs = NULL;
+	contract_fx->setup(&fc, &fs);
+}
+
+static void contract_teardown(void)
+{
+	if (fc)
+		fc->ops->destroy(fc);
+	if (fs)
+		fs->ops->destroy(fs);
+	fc = fs = NULL;
+	if (contract_fx->teardown)
+		contract_fx->teardown();
+}
+
+TCase *contract_tcase(const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, contract_setup, contract_teardown);
+	tcase_set_timeout(tc, contract_fx->case_timeout_s);
+	return tc;
+}
+
+int contract_add_cases(TCase *tc)
+{
+	tcase_add_test(tc, test_connect_accept_establishes_both_sides_across_two_fabrics);
+	tcase_add_test(tc, test_disconnect_gives_each_side_disconnected_once_then_timewait_exit);
+	tcase_add_test(tc, test_ids_in_one_fabric_connect_to_each_other_on_loopback);
+	tcase_add_test(tc, test_reject_with_private_data_reaches_active_side_only);
+	tcase_add_test(tc, test_connect_without_listener_is_rejected_as_invalid_service);
+	tcase_add_test(tc, test_destroy_connected_id_disconnects_the_peer_with_timewait);
+	tcase_add_test(tc, test_destroy_unanswered_request_rejects_the_active_side);
+	tcase_add_test(tc, test_destroy_active_id_while_request_pending_rejects_the_passive_side);
+	tcase_add_test(tc, test_disconnect_while_request_pending_turns_the_accept_into_connect_error);
+	tcase_add_test(tc, test_private_data_limits_are_56_196_148);
+	tcase_add_test(tc, test_send_lands_in_the_peers_recv_byte_for_byte_across_two_fabrics);
+	tcase_add_test(tc, test_recvs_are_consumed_in_post_order);
+	tcase_add_test(tc, test_send_gathers_its_sges_and_the_recv_scatters_them);
+	tcase_add_test(tc, test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_writer);
+	tcase_add_test(tc, test_zero_length_rdma_checks_no_rkey_and_touches_no_memory);
+	tcase_add_test(tc, test_rdma_read_fetches_from_the_rkey_into_local_sges);
+	tcase_add_test(tc, test_refused_rkey_is_rem_access_err_then_wc_error_and_both_qps_in_err);
+	tcase_add_test(tc, test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender);
+	tcase_add_test(tc, test_message_larger_than_the_recv_is_loc_len_err_at_the_receiver);
+	tcase_add_test(tc, test_recv_whose_lkey_does_not_grant_local_write_is_loc_prot_err_when_a_send_lands);
+	tcase_add_test(tc, test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only);
+	tcase_add_test(tc, test_unsignaled_send_completes_only_at_the_receiver);
+	tcase_add_test(tc, test_drain_flushes_posted_recvs_in_post_order_before_drained);
+	tcase_add_test(tc, test_post_after_err_returns_0_and_completes_with_flush_err);
+	tcase_add_test(tc, test_post_send_needs_an_established_qp_and_post_recv_works_from_init);
+	tcase_add_test(tc, test_destroy_id_discards_outstanding_recvs_without_completions);
+	tcase_add_test(tc, test_loopback_send_between_ids_of_one_fabric);
+	return 27;
+}
+
+int contract_main(const struct contract_fixture *const *fxs, int n, void (*extra)(TCase *tc))
+{
+	int failed = 0;
+
+	for (int i = 0; i < n; i++) {
+		Suite *s;
+		SRunner *sr;
+		char name[96];
+
+		contract_fx = fxs[i];
+		snprintf(name, sizeof(name), "contract on %s", fxs[i]->name);
+		s = suite_create(name);
+		TCase *tc = contract_tcase("contract");
+		contract_add_cases(tc);
+		suite_add_tcase(s, tc);
+		if (extra && i == 0) {
+			TCase *own = contract_tcase(fxs[i]->name);
+
+			extra(own);
+			suite_add_tcase(s, own);
+		}
+		sr = srunner_create(s);
+		srunner_run_all(sr, CK_NORMAL);
+		failed += srunner_ntests_failed(sr);
+		srunner_free(sr);
+	}
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

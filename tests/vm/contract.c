@@ -1,0 +1,45 @@
+/* rdma-qsm VM test: the fabric contract (tests/contract.c) on the rdmacm fabric, over the kernel's
+ * soft-RoCE device: the same cases the sim passes in make check, with real time and bounded waits.
+ *
+ * Run by tests/vm/scenarios/contract.sh inside the VM (one rxe device; client and server fabrics in
+ * this process, both on QSM_VM_ADDR).  Environment: QSM_VM_ADDR (192.0.2.1), QSM_VM_DEV (rxe0),
+ * QSM_CONTRACT_PORT (7479).  Exit 0 only if every case passed.
+ */
+#include <check.h>
+#include <stdlib.h>
+
+#include <qsm/rdmacm.h>
+
+#include "contract.h"
+
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : dflt;
+}
+
+static void rdmacm_setup(struct qsm_fabric **c, struct qsm_fabric **s)
+{
+	ck_assert_int_eq(qsm_rdmacm_fabric_new(c), 0);
+	ck_assert_int_eq(qsm_rdmacm_fabric_new(s), 0);
+}
+
+int main(void)
+{
+	static struct contract_fixture rdmacm = {
+		.name = "rdmacm",
+		.event_wait_ms = 10000,    /* TIMEWAIT_EXIT takes the CM's timewait, well under this */
+		.quiet_ms = 300,
+		.fd_exact = false,         /* the contract allows spurious wake-ups */
+		.case_timeout_s = 120,
+		.setup = rdmacm_setup,
+		/* no qp_state, check_clean or check_no_pending: the kernel keeps no count we can read */
+	};
+	static const struct contract_fixture *const fixtures[] = { &rdmacm };
+
+	rdmacm.cli_ip = rdmacm.srv_ip = env_or("QSM_VM_ADDR", "192.0.2.1");
+	rdmacm.cli_dev = rdmacm.srv_dev = env_or("QSM_VM_DEV", "rxe0");
+	rdmacm.port = (uint16_t)atoi(env_or("QSM_CONTRACT_PORT", "7479"));
+	return contract_main(fixtures, 1, NULL);
+}
