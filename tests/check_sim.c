@@ -1150,9 +1150,134 @@ START_TEST(test_fabric_destroy_discards_outstanding_recvs_and_mrs_die_with_the_w
 }
 END_TEST
 
+/* ---- contract cases the kernel does otherwise (tests/vm/scenarios/contract.sh found it) ----
+ * These pin what the sim does; on rdmacm over rxe:
+ * - loopback disconnect: the peer (CLI) gets DISCONNECTED first; the initiator's DISCONNECTED
+ *   waits for the peer's own rdma_disconnect (DREP) or the DREQ timeout;
+ * - the active id destroyed while its request is pending: no REJECTED at the passive side
+ *   within 10 s;
+ * - disconnect while the request is pending: the active side gets CONNECT_ERROR, but the
+ *   passive side no REJECTED within 10 s after its accept;
+ * - a disconnect from one side: the initiator's DISCONNECTED and TIMEWAIT_EXIT come only after
+ *   the peer disconnects too (the unsignaled LOC_PROT case below disconnects one side only).
+ */
+
+START_TEST(test_ids_in_one_fabric_connect_to_each_other_on_loopback)
+{
+	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
+	struct sockaddr_storage d = ip(B_IP, PORT), src;
+
+	ck_assert_int_eq(fc->ops->create_id(fc, &CLI, &a), 0);
+	ck_assert_int_eq(fc->ops->resolve_addr(a, NULL, SA(d), 1000), 0);
+	expect(fc, QSM_EV_ADDR_RESOLVED, &CLI);
+	/* No source: the device that serves the destination carries it. */
+	ck_assert_str_eq(fc->ops->device_name(fc->ops->id_device(a)), B_DEV);
+	ck_assert_int_eq(fc->ops->id_src_addr(a, &src), 0);
+	ck_assert_int_eq(port_of(&src) >= 32768, 1);
+	ck_assert_int_eq(fc->ops->resolve_route(a, 1000), 0);
+	expect(fc, QSM_EV_ROUTE_RESOLVED, &CLI);
+	ck_assert_int_eq(fc->ops->create_qp(a, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_REQUEST, NULL);
+	ck_assert_ptr_eq(ev.listen_owner, &LIS);
+	p = ev.id;
+	ck_assert_int_eq(fc->ops->id_src_addr(p, &src), 0);
+	ck_assert_uint_eq(port_of(&src), PORT);
+	fc->ops->set_owner(p, &SRV);
+	ck_assert_int_eq(fc->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fc, QSM_EV_ESTABLISHED, &SRV);
+	ck_assert_int_eq(fc->ops->disconnect(p), 0);
+	/* Both DISCONNECTED come before either TIMEWAIT_EXIT. */
+	expect(fc, QSM_EV_DISCONNECTED, &SRV);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	destroy_all(fc, (struct qsm_fid *[]){ a, p, l }, 3);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_destroy_active_id_while_request_pending_rejects_the_passive_side)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	p = take_request(&LIS, &SRV);
+	fc->ops->destroy_id(a);
+	expect(fs, QSM_EV_REJECTED, &SRV);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_TIMEOUT);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), -EINVAL);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_disconnect_while_request_pending_turns_the_accept_into_connect_error)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT);
+	struct qsm_fid *a = active_ready(&CLI, A_IP, B_IP, PORT), *p;
+
+	ck_assert_int_eq(fc->ops->connect(a, NULL, 0), 0);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	p = take_request(&LIS, &SRV);
+	ck_assert_int_eq(fs->ops->accept(p, NULL, 0), 0);
+	expect(fc, QSM_EV_CONNECT_ERROR, &CLI);
+	expect(fs, QSM_EV_REJECTED, &SRV);
+	ck_assert_int_eq(ev.status, QSM_SIM_REJ_CONSUMER);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16] = { 0 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, 8, 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 16)), 0);
+	s = sge(&rs, 4, 8);   /* 4 bytes past the MR */
+	/* Unsignaled: an error comes back all the same. */
+	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
+									 .sg_list = &s, .num_sge = 1 }), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_LOC_PROT_ERR, QSM_WR_SEND);
+	expect(fc, QSM_EV_WC_ERROR, &CLI);
+	expect_none(fc);
+	expect_none(fs);
+	expect_qp(fc, &CLI, QSM_QP_ERR);
+	expect_qp(fs, &SRV, QSM_QP_RTS);
+
+	/* The receiver's recv is still there: the disconnect flushes it, before DISCONNECTED. */
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	expect_wc(fs, &SRV, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_DISCONNECTED, &SRV);
+	expect(fs, QSM_EV_TIMEWAIT_EXIT, &SRV);
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	destroy_all(fs, (struct qsm_fid *[]){ p, l }, 2);
+	assert_clean();
+}
+END_TEST
+
 /* What only the sim can do: fault injection, its own API, exact counts of its world. */
 static void sim_only_cases(TCase *tc)
 {
+	tcase_add_test(tc, test_ids_in_one_fabric_connect_to_each_other_on_loopback);
+	tcase_add_test(tc, test_destroy_active_id_while_request_pending_rejects_the_passive_side);
+	tcase_add_test(tc, test_disconnect_while_request_pending_turns_the_accept_into_connect_error);
+	tcase_add_test(tc, test_unsignaled_send_from_memory_no_mr_covers_is_loc_prot_err_at_the_sender_only);
 	tcase_add_test(tc, test_ipv6_devices_connect);
 	tcase_add_test(tc, test_connect_to_port_listened_on_another_address_is_rejected_by_consumer);
 	tcase_add_test(tc, test_wildcard_listener_takes_requests_for_every_device_address);
