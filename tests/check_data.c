@@ -223,7 +223,7 @@ START_TEST(test_bad_rkey_is_an_error_completion_and_the_queue_drains)
 	pump();
 	ck_assert_int_eq(cli.errors, 1);
 	ck_assert_int_eq(cli.last.status == QSM_WC_REM_ACCESS_ERR || cli.flushed > 0, 1);
-	/* the error took the queue's QP_FATAL edge: drained, then the gap */
+	/* the error took the queue's WC_ERROR edge (lost): drained, then the gap */
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
 }
 END_TEST

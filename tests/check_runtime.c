@@ -346,7 +346,8 @@ static int connected_destroys_self(struct qsm_conn *q, const struct qsm_event_in
 {
 	note_enter(q, ev);
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
-	ck_assert_int_eq(qsm_conn_destroy(q), -EINVAL);
+	ck_assert_int_eq(qsm_conn_destroy(q), -ESTALE);  /* it is going: no callback will come */
+	ck_assert_int_eq(qsm_conn_disconnect(q), -ESTALE);
 	destroyed_q = q;
 	return 0;
 }
@@ -413,14 +414,19 @@ START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
 	o.private_data_len = sizeof(big);
 	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), -EINVAL);
 	q = new_client(NULL);
-	ck_assert_int_eq(qsm_conn_disconnect(q), -EINVAL); /* no edge in IDLE */
-	ck_assert_int_eq(qsm_conn_ready(q), -EINVAL);
+	ck_assert_int_eq(qsm_conn_disconnect(q), -ENOMSG); /* no edge in IDLE */
+	ck_assert_int_eq(qsm_conn_ready(q), -ENOMSG);
 	ck_assert_int_eq(qsm_conn_accept(q, NULL, 0), -EOPNOTSUPP);
+	ck_assert_int_eq(qsm_conn_accept(q, NULL, 1), -EINVAL); /* a bad argument first */
+	ck_assert_int_eq(qsm_conn_connect(NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_ready(NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_reject(NULL, NULL, 0), -EINVAL);
 	ck_assert_int_eq(qsm_conn_qp_state(q), -ENOENT);
 	ck_assert_int_eq(qsm_ctx_dispatch(NULL, 0), -EINVAL);
 	ck_assert_int_eq(qsm_ctx_fd(NULL), -EINVAL);
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
-	ck_assert_int_eq(qsm_conn_destroy(q), -EINVAL);
+	ck_assert_int_eq(qsm_conn_destroy(q), -ESTALE);
+	ck_assert_int_eq(qsm_conn_destroy(NULL), -EINVAL);
 	pump(0);
 }
 END_TEST

@@ -205,7 +205,7 @@ int qsm_conn_is_passive(struct qsm_conn *q);
 int qsm_conn_state(struct qsm_conn *q);
 const char *qsm_conn_state_name(struct qsm_conn *q);
 int qsm_conn_qp_state(struct qsm_conn *q);          /* enum qsm_qp_state; -ENOENT: no QP */
-uint32_t qsm_conn_attempts(struct qsm_conn *q);     /* failed attempts since last ESTABLISHED */
+int qsm_conn_attempts(struct qsm_conn *q);          /* failed attempts since last ESTABLISHED */
 
 struct qsm_listener_opts {
 	const struct sockaddr *addr;     /* required; a device address or the wildcard */

@@ -10,6 +10,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 #define DEFAULT_BUDGET 64
@@ -27,8 +28,7 @@ int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts)
 	const char *env;
 	int r;
 
-	if (!ret || !opts || !opts->fabric || !opts->fabric->ops)
-		return -EINVAL;
+	qsm_check(ret && opts && opts->fabric && opts->fabric->ops, -EINVAL);
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
@@ -126,7 +126,8 @@ int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx))
 
 int qsm_ctx_fd(struct qsm_ctx *ctx)
 {
-	return ctx ? ctx->epfd : -EINVAL;
+	qsm_check(ctx, -EINVAL);
+	return ctx->epfd;
 }
 
 /* Copy one fabric event into the FIFO, addressed to whoever must see it. */
@@ -194,8 +195,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 {
 	unsigned int n = 0;
 
-	if (!ctx)
-		return -EINVAL;
+	qsm_check(ctx, -EINVAL);
 	if (!budget)
 		budget = DEFAULT_BUDGET;
 	while (n < budget) {
@@ -242,8 +242,7 @@ int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms)
 {
 	uint64_t end;
 
-	if (!ctx)
-		return -EINVAL;
+	qsm_check(ctx, -EINVAL);
 	end = timeout_ms < 0 ? UINT64_MAX : qsm_monotonic_ns(NULL) + (uint64_t)timeout_ms * 1000000ull;
 	ctx->stop = false;
 	while (!ctx->stop) {

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 uint64_t qsm_monotonic_ns(void *arg)
@@ -188,8 +189,7 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx)
 {
 	uint64_t now, d;
 
-	if (!ctx)
-		return -EINVAL;
+	qsm_check(ctx, -EINVAL);
 	if (ctx->fifo_len)
 		return 0;
 	if (!ctx->heap_len)

@@ -3,20 +3,19 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out)
 {
-	if (!ctx || !out)
-		return -EINVAL;
+	qsm_check(ctx && out, -EINVAL);
 	*out = ctx->counters;
 	return 0;
 }
 
 int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg)
 {
-	if (!ctx)
-		return -EINVAL;
+	qsm_check(ctx, -EINVAL);
 	ctx->trace = fn;
 	ctx->trace_arg = arg;
 	return 0;

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 /*
@@ -26,8 +27,9 @@ int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, stru
 	struct qsm_mr *mr;
 	int r;
 
-	if (!q || !ret || q->dead || !qsm_mr_args_valid(addr, len, access))
-		return -EINVAL;
+	qsm_check(q && ret && qsm_mr_args_valid(addr, len, access), -EINVAL);
+	if (q->dead)
+		return -ESTALE;
 	if (!q->dev || q->dev->removing)
 		return -ENODEV;
 	if (!q->ctx->ops->reg_mr)
@@ -58,8 +60,7 @@ static void mr_release(struct qsm_mr *mr)
 
 int qsm_mr_dereg(struct qsm_mr *mr)
 {
-	if (!mr)
-		return -EINVAL;
+	qsm_check(mr, -EINVAL);
 	mr_release(mr);
 	qsm_list_del(&mr->node);
 	free(mr);
@@ -86,12 +87,14 @@ void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
 
 uint32_t qsm_mr_lkey(const struct qsm_mr *mr)
 {
-	return mr ? mr->lkey : 0;
+	qsm_check(mr, 0); /* 0: no key (keys are 32-bit, so no errno fits) */
+	return mr->lkey;
 }
 
 uint32_t qsm_mr_rkey(const struct qsm_mr *mr)
 {
-	return mr ? mr->rkey : 0;
+	qsm_check(mr, 0);
+	return mr->rkey;
 }
 
 int qsm_mr_valid(const struct qsm_mr *mr)

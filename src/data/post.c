@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdint.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 /* Once the drain marker is posted, a new WR would complete after DRAINED, when the QP is
@@ -26,10 +27,10 @@ static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const
 		.wr_id = wr_id, .opcode = op, .sg_list = sge, .num_sge = nsge,
 		.remote_addr = remote_addr, .rkey = rkey, .signaled = flags & QSM_POST_SIGNALED,
 	};
-	int r;
 
-	if (!q || q->dead || (flags & ~QSM_POST_SIGNALED) || (r = check_sge(sge, nsge)) < 0)
-		return -EINVAL;
+	qsm_check(q && !(flags & ~QSM_POST_SIGNALED) && check_sge(sge, nsge) >= 0, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
 	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_send)
@@ -57,8 +58,9 @@ int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 
 int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
 {
-	if (!q || q->dead || check_sge(sge, nsge) < 0)
-		return -EINVAL;
+	qsm_check(q && check_sge(sge, nsge) >= 0, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
 	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_recv)

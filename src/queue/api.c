@@ -1,9 +1,11 @@
 /* rdma-qsm: queues: making them (active, or spawned from a listener's request) and what
  * a ULP may ask of one at any time. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 #define PDATA_CONNECT_MAX 56
@@ -68,16 +70,14 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 	union qsm_addr dst, src;
 	int r;
 
-	if (!ctx || !o || !ret || !o->cls || !o->dst)
-		return -EINVAL;
-	if (o->private_data_len > PDATA_CONNECT_MAX || (o->private_data_len && !o->private_data))
-		return -EINVAL;
+	qsm_check(ctx && o && ret && o->cls && o->dst, -EINVAL);
+	qsm_check(o->private_data_len <= PDATA_CONNECT_MAX && (!o->private_data_len || o->private_data),
+		  -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
 		return r;
 	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
 		return r;
-	if (o->src && o->src->sa_family != o->dst->sa_family)
-		return -EINVAL;
+	qsm_check(!o->src || o->src->sa_family == o->dst->sa_family, -EINVAL);
 	q = conn_alloc(ctx, o->cls, false);
 	if (!q)
 		return -ENOMEM;
@@ -124,44 +124,52 @@ int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
 	return 0;
 }
 
+/* Getters: NULL is a caller's bug, answered alike: NULL from a pointer getter, -EINVAL from
+ * the others (loud in a debug build). */
 void *qsm_conn_priv(struct qsm_conn *q)
 {
-	return q ? q->priv : NULL;
+	qsm_check(q, NULL);
+	return q->priv;
 }
 
 void *qsm_conn_user(struct qsm_conn *q)
 {
-	return q ? q->user : NULL;
+	qsm_check(q, NULL);
+	return q->user;
 }
 
 struct qsm_ctx *qsm_conn_ctx(struct qsm_conn *q)
 {
-	return q ? q->ctx : NULL;
+	qsm_check(q, NULL);
+	return q->ctx;
 }
 
 int qsm_conn_is_passive(struct qsm_conn *q)
 {
-	return q ? q->passive : -EINVAL;
+	qsm_check(q, -EINVAL);
+	return q->passive;
 }
 
 int qsm_conn_state(struct qsm_conn *q)
 {
-	return q ? q->state : -EINVAL;
+	qsm_check(q, -EINVAL);
+	return q->state;
 }
 
 const char *qsm_conn_state_name(struct qsm_conn *q)
 {
-	return q ? q->sm->state_names[q->state] : NULL;
+	qsm_check(q, NULL);
+	return q->sm->state_names[q->state];
 }
 
 int qsm_conn_qp_state(struct qsm_conn *q)
 {
-	if (!q)
-		return -EINVAL;
+	qsm_check(q, -EINVAL);
 	return qsm_conn_has_qp(q) ? q->qp_state : -ENOENT;
 }
 
-uint32_t qsm_conn_attempts(struct qsm_conn *q)
+int qsm_conn_attempts(struct qsm_conn *q)
 {
-	return q ? q->attempts : 0;
+	qsm_check(q, -EINVAL);
+	return q->attempts > INT_MAX ? INT_MAX : (int)q->attempts;
 }

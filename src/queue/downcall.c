@@ -3,35 +3,53 @@
 #include <errno.h>
 #include <string.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 #define PDATA_CONNECT_MAX 56
 #define PDATA_ACCEPT_MAX 196
 #define PDATA_REJECT_MAX 148
 
+/*
+ * One errno per kind of failure, the same for every downcall: -EINVAL for a caller's bad
+ * argument (NULL, private data too long), -ESTALE for a queue already destroyed or aborted
+ * (no callback will ever come for it), -ENOMSG when its machine has no edge for the event in
+ * the state it is in (as qsm_machine_next(3) says), -EOPNOTSUPP for a call of the other side
+ * (accept on an active queue, connect on a passive one).
+ */
+static int check_edge(struct qsm_conn *q, int event)
+{
+	if (q->dead)
+		return -ESTALE;
+	if (qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
+		return -ENOMSG;
+	return 0;
+}
+
 static int downcall(struct qsm_conn *q, int event)
 {
-	if (!q || q->dead)
-		return -EINVAL;
-	if (qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
-		return -EINVAL;
-	return qsm_post(q->ctx, &q->obj, event, 0);
+	int r = check_edge(q, event);
+
+	return r < 0 ? r : qsm_post(q->ctx, &q->obj, event, 0);
 }
 
 int qsm_conn_connect(struct qsm_conn *q)
 {
-	if (q && q->passive)
+	qsm_check(q, -EINVAL);
+	if (q->passive)
 		return -EOPNOTSUPP;
 	return downcall(q, QSM_EV_CONNECT);
 }
 
 int qsm_conn_disconnect(struct qsm_conn *q)
 {
+	qsm_check(q, -EINVAL);
 	return downcall(q, QSM_EV_DISCONNECT);
 }
 
 int qsm_conn_ready(struct qsm_conn *q)
 {
+	qsm_check(q, -EINVAL);
 	return downcall(q, QSM_EV_READY);
 }
 
@@ -39,10 +57,12 @@ static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, 
 {
 	int r;
 
-	if (!q || !q->passive || len > max || (len && !pdata))
-		return q && !q->passive ? -EOPNOTSUPP : -EINVAL;
-	if (q->dead || qsm_machine_next(q->sm->id, q->state, event, NULL) < 0)
-		return -EINVAL;
+	qsm_check(q, -EINVAL);
+	qsm_check(len <= max && (!len || pdata), -EINVAL);
+	if (!q->passive)
+		return -EOPNOTSUPP;
+	if ((r = check_edge(q, event)) < 0)
+		return r;
 	if (q->decided)
 		return -EALREADY; /* one decision per request: the first one stands */
 	q->pdata_len = (uint8_t)len;
@@ -68,8 +88,9 @@ int qsm_conn_destroy(struct qsm_conn *q)
 {
 	int r;
 
-	if (!q || q->dead)
-		return -EINVAL;
+	qsm_check(q, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
 	r = qsm_post(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
 	if (r < 0)
 		return r;

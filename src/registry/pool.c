@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "argcheck.h"
 #include "runtime.h"
 
 /* ---- pools: one registration per device of the registry ---- */
@@ -44,8 +45,7 @@ int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, st
 	struct qsm_list *n, *tmp;
 	int r = 0;
 
-	if (!ctx || !ret || !qsm_mr_args_valid(addr, len, access))
-		return -EINVAL;
+	qsm_check(ctx && ret && !(!qsm_mr_args_valid(addr, len, access)), -EINVAL);
 	if (!ctx->ops->reg_mr)
 		return -EOPNOTSUPP;
 	if ((r = qsm_ctx_on_free(ctx, pools_free)) < 0)
@@ -78,8 +78,7 @@ int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_
 {
 	const struct qsm_list *n;
 
-	if (!pool || !q || q->ctx != pool->ctx)
-		return -EINVAL;
+	qsm_check(pool && q && !(q->ctx != pool->ctx), -EINVAL);
 	for (n = pool->regs.next; n != &pool->regs; n = n->next) {
 		const struct qsm_pool_reg *reg = qsm_container_of(n, struct qsm_pool_reg, pool_node);
 
@@ -96,8 +95,7 @@ int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_
 
 int qsm_pool_dereg(struct qsm_pool *pool)
 {
-	if (!pool)
-		return -EINVAL;
+	qsm_check(pool, -EINVAL);
 	while (!qsm_list_empty(&pool->regs))
 		pool_reg_drop(qsm_container_of(pool->regs.next, struct qsm_pool_reg, pool_node));
 	qsm_list_del(&pool->node);

@@ -308,7 +308,7 @@ bool has_edge(const struct rec *r, int event)
 
 void do_connect(struct rec *r)
 {
-	int want = r->passive ? -EOPNOTSUPP : has_edge(r, QSM_EV_CONNECT) ? 0 : -EINVAL;
+	int want = r->passive ? -EOPNOTSUPP : has_edge(r, QSM_EV_CONNECT) ? 0 : -ENOMSG;
 	int got = qsm_conn_connect(r->q);
 
 	if (got != want)
@@ -317,7 +317,7 @@ void do_connect(struct rec *r)
 
 void do_disconnect(struct rec *r)
 {
-	int want = has_edge(r, QSM_EV_DISCONNECT) ? 0 : -EINVAL;
+	int want = has_edge(r, QSM_EV_DISCONNECT) ? 0 : -ENOMSG;
 	int got = qsm_conn_disconnect(r->q);
 
 	if (got != want)
@@ -326,7 +326,7 @@ void do_disconnect(struct rec *r)
 
 void do_ready(struct rec *r)
 {
-	int want = has_edge(r, QSM_EV_READY) ? 0 : -EINVAL;
+	int want = has_edge(r, QSM_EV_READY) ? 0 : -ENOMSG;
 	int got = qsm_conn_ready(r->q);
 
 	if (got != want)
@@ -358,7 +358,7 @@ void do_decide(struct rec *r, bool accept)
 {
 	int want = !r->passive ? -EOPNOTSUPP
 		   : qsm_conn_state(r->q) != QSM_ACCEPT_REQUESTED ||
-			     !has_edge(r, accept ? QSM_EV_ACCEPT : QSM_EV_REJECT) ? -EINVAL
+			     !has_edge(r, accept ? QSM_EV_ACCEPT : QSM_EV_REJECT) ? -ENOMSG
 		   : r->decided ? -EALREADY : 0; /* one decision per request */
 	uint8_t tag[6];
 	int got;
@@ -379,7 +379,8 @@ void do_destroy(struct rec *r)
 	if (got != 0)
 		violate("destroy of a live queue in %s returned %d", qsm_conn_state_name(r->q), got);
 	mark_gone(r);
-	/* The queue stays allocated until its DESTROY is dispatched: the data calls refuse it. */
+	/* The queue stays allocated until its DESTROY is dispatched: the data calls refuse it as
+	 * stale (it is going), not as a bad argument. */
 	if (!quiet && chance(10)) {
 		struct qsm_sge sge = { (uintptr_t)r->buf, 16, r->lkey[MR_LOCAL] };
 		struct qsm_mr *mr = NULL;
@@ -387,8 +388,8 @@ void do_destroy(struct rec *r)
 		int b = qsm_conn_post_send(r->q, 2, &sge, 1, QSM_POST_SIGNALED);
 		int c = qsm_conn_reg_mr(r->q, r->buf, BUF_LEN, QSM_ACCESS_LOCAL_WRITE, &mr);
 
-		if (a != -EINVAL || b != -EINVAL || c != -EINVAL)
-			violate("destroyed queue: post_recv %d, post_send %d, reg_mr %d, want -EINVAL", a, b, c);
+		if (a != -ESTALE || b != -ESTALE || c != -ESTALE)
+			violate("destroyed queue: post_recv %d, post_send %d, reg_mr %d, want -ESTALE", a, b, c);
 		if (c == 0)
 			qsm_mr_dereg(mr);
 	}
