@@ -193,7 +193,7 @@ static struct result run_qsm(size_t nqueues, uint64_t cycles)
 	b->ids = calloc(nqueues, sizeof(*b->ids));
 	b->nids = nqueues;
 	the_bf = b;
-	if (qsm_ctx_new(&ctx, &(struct qsm_ctx_opts){ .fabric = &b->f }) < 0)
+	if (qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = &b->f }, &ctx) < 0)
 		abort();
 	m0 = mallinfo2();
 	for (size_t i = 0; i < nqueues; i++) {

@@ -47,7 +47,7 @@ int main(void)
 	if (qsm_sim_new(&sim) || qsm_sim_device_add(sim, "sim0", "192.0.2.1"))
 		return 1;
 	for (int i = 0; i < 2; i++)
-		if (qsm_sim_fabric_new(sim, &f[i]) || qsm_ctx_new(&ctx[i], &(struct qsm_ctx_opts){ .fabric = f[i] }))
+		if (qsm_sim_fabric_new(sim, &f[i]) || qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f[i] }, &ctx[i]))
 			return 1;
 	if (qsm_listener_new(ctx[0], &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&a,
 			     .cls = &target_class }, &l))

@@ -98,8 +98,8 @@ int main(void)
 	if (qsm_sim_new(&sim) || qsm_sim_device_add(sim, "sim0", "192.0.2.1") ||
 	    qsm_sim_fabric_new(sim, &fs) || qsm_sim_fabric_new(sim, &fc))
 		return 1;
-	if (qsm_ctx_new(&server, &(struct qsm_ctx_opts){ .fabric = fs }) ||
-	    qsm_ctx_new(&client, &(struct qsm_ctx_opts){ .fabric = fc }))
+	if (qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fs }, &server) ||
+	    qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fc }, &client))
 		return 1;
 	qsm_ctx_set_trace(client, print_trace, "client");
 	qsm_ctx_set_trace(server, print_trace, "server");

@@ -470,7 +470,7 @@ int main(int argc, char **argv)
 		} else {
 			r = qsm_rdmacm_fabric_new(&f);
 		}
-		if (r < 0 || (r = qsm_ctx_new(&ctx[i], &(struct qsm_ctx_opts){ .fabric = f })) < 0)
+		if (r < 0 || (r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, &ctx[i])) < 0)
 			goto fail;
 		stop_ctx[i] = ctx[i];
 	}

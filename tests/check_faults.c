@@ -221,7 +221,7 @@ static struct qsm_ctx *new_ctx(struct qsm_fabric **fab, struct tally *y)
 
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, fab), 0);
 	o.fabric = *fab;
-	ck_assert_int_eq(qsm_ctx_new(&c, &o), 0);
+	ck_assert_int_eq(qsm_ctx_new(&o, &c), 0);
 	ck_assert_int_eq(qsm_ctx_set_trace(c, tracer, y), 0);
 	return c;
 }

@@ -309,9 +309,9 @@ static void setup(void)
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
-	ck_assert_int_eq(qsm_ctx_new(&tctx, &(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }), 0);
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }, &tctx), 0);
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
-	ck_assert_int_eq(qsm_ctx_new(&hctx, &(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }), 0);
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }, &hctx), 0);
 	ck_assert_int_eq(qsm_ctx_reg_pool(tctx, g_ns, NS_SIZE, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool), 0);
 	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);

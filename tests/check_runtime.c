@@ -127,7 +127,7 @@ static struct qsm_ctx *new_ctx(void)
 
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
 	o.fabric = f;
-	ck_assert_int_eq(qsm_ctx_new(&c, &o), 0);
+	ck_assert_int_eq(qsm_ctx_new(&o, &c), 0);
 	return c;
 }
 
@@ -621,7 +621,7 @@ START_TEST(test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected)
 		unknown_ops.get_event = get_event_then_unknown;
 		f->ops = &unknown_ops;
 		o.fabric = f;
-		ck_assert_int_eq(qsm_ctx_new(&cctx, &o), 0);
+		ck_assert_int_eq(qsm_ctx_new(&o, &cctx), 0);
 		qsm_ctx_free(c);
 		memset(&established, 0, sizeof(established));
 		memset(&unknown_trace, 0, sizeof(unknown_trace));

@@ -147,7 +147,7 @@ int main(int argc, char **argv)
 	}
 
 	if ((r = qsm_rdmacm_fabric_new(&f)) < 0 ||
-	    (r = qsm_ctx_new(&ctx, &(struct qsm_ctx_opts){ .fabric = f })) < 0 ||
+	    (r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, &ctx)) < 0 ||
 	    (r = qsm_ctx_reg_pool(ctx, g_ns, g_opts.ns_size, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool)) < 0) {
 		fprintf(stderr, "qsm-nvmet: %s\n", strerror(-r));
 		return 1;

@@ -157,7 +157,7 @@ struct qsm_ctx_opts {
 	void *now_arg;
 };
 
-int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts);
+int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret);
 /* Destroys every queue and listener without callbacks, then the fabric. NULL is fine. */
 void qsm_ctx_free(struct qsm_ctx *ctx);
 /* One fd to poll for reading: the fabric's events and the ctx's timers. */

@@ -22,7 +22,7 @@ static int epoll_add(int epfd, int fd)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-int qsm_ctx_new(struct qsm_ctx **ret, const struct qsm_ctx_opts *opts)
+int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 {
 	struct qsm_ctx *ctx;
 	const char *env;

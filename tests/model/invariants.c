@@ -106,7 +106,7 @@ void world_new(void)
 
 		CHECK(qsm_sim_fabric_new(sim, &fab[c]) == 0, "fabric");
 		o.fabric = fab[c];
-		CHECK(qsm_ctx_new(&ctx[c], &o) == 0, "ctx");
+		CHECK(qsm_ctx_new(&o, &ctx[c]) == 0, "ctx");
 		CHECK(qsm_ctx_set_trace(ctx[c], tracer, &tally[c]) == 0, "trace");
 	}
 	new_msg(); /* sequence number 0: no message */

@@ -104,8 +104,8 @@ int vm_ctxs_new(struct qsm_ctx **server, struct qsm_ctx **client)
 		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
 		return -1;
 	}
-	if ((r = qsm_ctx_new(server, &(struct qsm_ctx_opts){ .fabric = fs })) < 0 ||
-	    (r = qsm_ctx_new(client, &(struct qsm_ctx_opts){ .fabric = fc })) < 0) {
+	if ((r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fs }, server)) < 0 ||
+	    (r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fc }, client)) < 0) {
 		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
 		return -1;
 	}
