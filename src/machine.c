@@ -14,6 +14,7 @@ static const struct qsm_sm *const machines[QSM_MACHINE_COUNT] = {
 	[QSM_MACHINE_ACCEPT] = &qsm_sm_accept,
 	[QSM_MACHINE_LISTENER] = &qsm_sm_listener,
 	[QSM_MACHINE_QP] = &qsm_sm_qp,
+	[QSM_MACHINE_DEVICE] = &qsm_sm_device,
 };
 
 static const char *const event_names[QSM_EV_LIMIT] = {
@@ -56,6 +57,9 @@ static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_TRY_LISTEN] = "try_listen",
 	[QSM_ACT_ARM_RELISTEN] = "arm_relisten",
 	[QSM_ACT_RELEASE_LISTENER] = "release_listener",
+	[QSM_ACT_RELEASE_SENTINEL] = "release_sentinel",
+	[QSM_ACT_NOTIFY_QUEUES] = "notify_queues",
+	[QSM_ACT_RELEASE_REGISTRY] = "release_registry",
 };
 
 const char *qsm_event_name(int event)
@@ -225,6 +229,7 @@ int qsm_machine_state_info(enum qsm_machine m, int state, struct qsm_state_info 
 		.timeout = step_timeout_names[f->timeout],
 		.drains = f->drains,
 		.rejects_on_teardown = f->teardown == QSM_TEARDOWN_REJECT,
+		.retiring = f->retiring,
 	};
 	return 0;
 }

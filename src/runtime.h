@@ -61,7 +61,7 @@ struct qsm_device {
 	struct qsm_list pool_regs;  /* struct qsm_pool_reg.dev_node */
 	struct qsm_fid *sentinel;   /* bound to the device: DEVICE_REMOVAL even in the gap */
 	struct qsm_list conns;      /* queues attached (by qsm_conn.dev_node) */
-	bool removing;
+	uint8_t state;              /* its machine's (sm/device.rl) */
 };
 
 #define QSM_CONN_PDATA_MAX 196
@@ -219,6 +219,12 @@ void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
 static inline bool qsm_conn_has_qp(const struct qsm_conn *q)
 {
 	return q->qp_state != qsm_sm_qp.final_state;
+}
+
+/* A device takes new users and registrations unless its machine says it is retiring. */
+static inline bool qsm_device_usable(const struct qsm_device *d)
+{
+	return !qsm_sm_device.facts[d->state].retiring;
 }
 
 /* An event of an id its target has let go of since it was queued. */

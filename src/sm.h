@@ -29,6 +29,7 @@ enum qsm_teardown {
 struct qsm_state_facts {
 	unsigned char timeout;  /* enum qsm_step_timeout */
 	unsigned char teardown; /* enum qsm_teardown */
+	bool retiring;          /* on its way out: takes no new users (a device being removed) */
 	bool drains;            /* the drain marker is posted: a new WR would outlive the QP, so
 	                           posts are refused (elsewhere they go wherever the QP exists) */
 };
@@ -52,6 +53,7 @@ extern const struct qsm_sm qsm_sm_cm_id;
 extern const struct qsm_sm qsm_sm_accept;
 extern const struct qsm_sm qsm_sm_listener;
 extern const struct qsm_sm qsm_sm_qp;
+extern const struct qsm_sm qsm_sm_device;
 
 /* The machine for an id, or NULL. */
 const struct qsm_sm *qsm_sm_get(enum qsm_machine m);
@@ -70,6 +72,11 @@ int qsm_sm_cs(const struct qsm_sm *sm, int state);
 #define QSM_SM_QUEUE_ACT(a) do { \
 		_Static_assert((int)(a) >= QSM_ACT_RESOLVE_ADDR && (int)(a) <= QSM_ACT_RESET_BACKOFF, \
 			       #a " is not a queue action"); \
+		QSM_SM_ACT(a); \
+	} while (0)
+#define QSM_SM_DEVICE_ACT(a) do { \
+		_Static_assert((int)(a) >= QSM_ACT_RELEASE_SENTINEL && (int)(a) <= QSM_ACT_RELEASE_REGISTRY, \
+			       #a " is not a device action"); \
 		QSM_SM_ACT(a); \
 	} while (0)
 #define QSM_SM_LISTENER_ACT(a) do { \

@@ -324,9 +324,9 @@ static void check_accounting(struct qsm_ctx *c, const struct tally *y, const cha
 	uint64_t sum = 0;
 
 	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
-	ck_assert_msg(k.popped + k.aborts == k.dispatched + k.dropped + k.completions,
-		      "%s: popped %llu + aborts %llu != dispatched %llu + dropped %llu + completions %llu",
-		      who, (unsigned long long)k.popped, (unsigned long long)k.aborts,
+	ck_assert_msg(k.popped + k.aborts + k.device_closes == k.dispatched + k.dropped + k.completions,
+		      "%s: popped %llu + aborts %llu + device closes %llu != dispatched %llu + dropped %llu + completions %llu",
+		      who, (unsigned long long)k.popped, (unsigned long long)k.aborts, (unsigned long long)k.device_closes,
 		      (unsigned long long)k.dispatched, (unsigned long long)k.dropped,
 		      (unsigned long long)k.completions);
 	ck_assert_msg(k.dispatched == y->records, "%s: dispatched %llu, traced %llu", who,

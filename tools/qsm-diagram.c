@@ -67,6 +67,8 @@ static int draw(enum qsm_machine m)
 		}
 		if (info.drains)
 			append(label, sizeof(label), "\\ndrains: posts refused");
+		if (info.retiring)
+			append(label, sizeof(label), "\\nretiring: no new users");
 		if (info.rejects_on_teardown)
 			append(label, sizeof(label), "\\nctx teardown: rejects");
 		printf("\t%s", qsm_state_name(m, s));

@@ -130,18 +130,21 @@ struct qsm_counters {
 	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
 	uint64_t aborts;                 /* ABORT edges taken because a handler returned
 	                                    non-zero (dispatched at once, not through the FIFO,
-	                                    so popped + aborts == dispatched + dropped +
-	                                    completions, and fabric_events == events queued
-	                                    from the fabric + orphans) */
+	                                    so popped + aborts + device_closes == dispatched +
+	                                    dropped + completions, and fabric_events == events
+	                                    queued from the fabric + orphans) */
 	uint64_t action_errors;          /* actions that failed and were fed back as events */
 	uint64_t completions;            /* work completions handed to completion handlers */
 	uint64_t queues_live;            /* queues not yet freed */
 	uint64_t devices_live;           /* devices the registry holds */
+	uint64_t device_closes;          /* registry entries closed (their last queue let go,
+	                                    or the ctx went): the device machine's DESTROY,
+	                                    dispatched at once like an ABORT */
 };
 
 struct qsm_trace_record {
 	uint64_t time_ns;
-	const char *kind;                /* "conn", "passive", "listener" */
+	const char *kind;                /* "conn", "passive", "listener", "device" */
 	const char *class_name;
 	uint32_t id;                     /* per-ctx serial number of the object */
 	const char *from, *event, *to;   /* to == NULL: unexpected */

@@ -1,4 +1,4 @@
-/* rdma-qsm: the four state machines as data: states, actions, and a side-effect-free
+/* rdma-qsm: the five state machines as data: states, actions, and a side-effect-free
  * "what would event E do in state S" query, for tools, docs, tests and handlers. */
 #ifndef QSM_MACHINE_H
 #define QSM_MACHINE_H
@@ -14,8 +14,9 @@ enum qsm_machine {
 	QSM_MACHINE_ACCEPT = 1,   /* passive (accepted) queue: sm/accept.rl */
 	QSM_MACHINE_LISTENER = 2, /* listener: sm/listener.rl */
 	QSM_MACHINE_QP = 3,       /* queue pair: sm/qp.rl */
+	QSM_MACHINE_DEVICE = 4,   /* a device of the ctx's registry: sm/device.rl */
 };
-#define QSM_MACHINE_COUNT 4
+#define QSM_MACHINE_COUNT 5
 
 /* Active queue. */
 enum qsm_cm_state {
@@ -69,9 +70,17 @@ enum qsm_qp_state {
 };
 #define QSM_QP_STATE_COUNT 8
 
+/* A device of the ctx's registry. */
+enum qsm_device_state {
+	QSM_DEVICE_IN_USE = 0,      /* queues use it; its sentinel id hears DEVICE_REMOVAL */
+	QSM_DEVICE_REMOVING,        /* removed: its queues take their DEVICE_REMOVAL edges */
+	QSM_DEVICE_CLOSED,          /* final: its last queue let go (or the ctx went) */
+};
+#define QSM_DEVICE_STATE_COUNT 3
+
 /* What the runtime does on an edge (the .rl actions), one enum per runtime that carries them
- * out: a queue's (sm/cm_id.rl, sm/accept.rl) and a listener's (sm/listener.rl); the QP machine
- * has none.  Numbered apart, so that an edge holds either.  Each action does one thing; the
+ * out: a queue's (sm/cm_id.rl, sm/accept.rl), a listener's (sm/listener.rl) and a registry
+ * device's (sm/device.rl); the QP machine has none.  Numbered apart, so that an edge holds either.  Each action does one thing; the
  * ones that change the QP drive the QP machine (sm/qp.rl) with one event each, as listed. */
 enum qsm_queue_action {
 	QSM_ACT_RESOLVE_ADDR = 1,   /* create the cm_id, rdma_resolve_addr */
@@ -100,7 +109,12 @@ enum qsm_listener_action {
 	QSM_ACT_ARM_RELISTEN,       /* the next listen attempt, after the relisten backoff */
 	QSM_ACT_RELEASE_LISTENER,   /* final teardown: timer, listening id */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_RELEASE_LISTENER + 1)
+enum qsm_device_action {
+	QSM_ACT_RELEASE_SENTINEL = QSM_ACT_RELEASE_LISTENER + 1, /* destroy the sentinel id */
+	QSM_ACT_NOTIFY_QUEUES,      /* DEVICE_REMOVAL to every queue on the device */
+	QSM_ACT_RELEASE_REGISTRY,   /* its pools' registrations, sentinel, device reference */
+};
+#define QSM_ACT_LIMIT (QSM_ACT_RELEASE_REGISTRY + 1)
 
 /* At most this many actions on one edge (the build refuses a .rl edge with more). */
 #define QSM_EDGE_MAX_ACTIONS 6
@@ -125,6 +139,7 @@ struct qsm_state_info {
 	int drains;                 /* 1: the drain marker is posted, new work requests are
 	                               refused (elsewhere they may be posted while the QP exists) */
 	int rejects_on_teardown;    /* 1: a ctx torn down here rejects the pending request */
+	int retiring;               /* 1: on its way out, takes no new user (a removed device) */
 };
 
 /* Fills @info for @state of @m: 0, or -EINVAL for an unknown machine or state, or NULL @info. */

@@ -30,7 +30,7 @@ int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, stru
 	qsm_check(q && ret && qsm_mr_args_valid(addr, len, access), -EINVAL);
 	if (q->dead)
 		return -ESTALE;
-	if (!q->dev || q->dev->removing)
+	if (!q->dev || !qsm_device_usable(q->dev))
 		return -ENODEV;
 	if (!q->ctx->ops->reg_mr)
 		return -EOPNOTSUPP;

@@ -14,11 +14,18 @@ static void device_free(struct qsm_obj *o)
 	free(qsm_container_of(o, struct qsm_device, obj));
 }
 
-/* A device is no machine's object: it hears no fan-out. */
+static int device_state(const struct qsm_obj *o, enum qsm_machine *m)
+{
+	*m = QSM_MACHINE_DEVICE;
+	return qsm_container_of(o, struct qsm_device, obj)->state;
+}
+
+/* (Its machine has no DEVICE_ADDED edge: a device is a registry entry, not a waiter.) */
 static const struct qsm_obj_ops device_ops = {
 	.dispatch = device_dispatch,
 	.teardown = device_teardown,
 	.free = device_free,
+	.state = device_state,
 	.teardown_last = true, /* after the queued events that point at it are dropped */
 };
 
@@ -29,7 +36,7 @@ static struct qsm_device *find(struct qsm_ctx *ctx, struct qsm_fdev *fdev)
 	for (struct qsm_list *n = head->next; n != head; n = n->next) {
 		struct qsm_device *d = qsm_container_of(n, struct qsm_device, obj.node);
 
-		if (d->fdev == fdev && !d->removing)
+		if (d->fdev == fdev && qsm_device_usable(d))
 			return d;
 	}
 	return NULL;
@@ -61,6 +68,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 			return -ENOMEM;
 		d->obj.ops = &device_ops;
 		d->obj.kind = QSM_OBJ_DEVICE;
+		d->state = (uint8_t)qsm_sm_device.start_state;
 		d->obj.serial = ++ctx->next_serial;
 		d->ctx = ctx;
 		d->fdev = fdev;
@@ -84,22 +92,73 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 	return 0;
 }
 
-static void device_close(struct qsm_device *d)
+static void run_action(struct qsm_device *d, enum qsm_device_action a, int status)
 {
 	struct qsm_ctx *ctx = d->ctx;
 
+	switch (a) {
+	case QSM_ACT_RELEASE_SENTINEL:
+		if (d->sentinel) {
+			ctx->ops->destroy_id(d->sentinel);
+			d->obj.id_gen++;
+			d->sentinel = NULL;
+		}
+		break;
+	case QSM_ACT_NOTIFY_QUEUES:
+		for (struct qsm_list *n = d->conns.next; n != &d->conns; n = n->next) {
+			struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, dev_node);
+
+			qsm_post(ctx, &q->obj, QSM_EV_DEVICE_REMOVAL, status);
+		}
+		break;
+	case QSM_ACT_RELEASE_REGISTRY:
+		qsm_pools_detach_device(d);
+		run_action(d, QSM_ACT_RELEASE_SENTINEL, status);
+		ctx->ops->device_put(d->fdev);
+		qsm_list_del(&d->obj.node);
+		ctx->counters.devices_live--;
+		break;
+	}
+}
+
+static const char *state_name(int s)
+{
+	return qsm_sm_device.state_names[s];
+}
+
+/* One event through the device's machine (sm/device.rl).  DESTROY is the registry's own,
+ * taken at once when the last queue lets go (or the ctx goes), not from the FIFO. */
+static void step(struct qsm_device *d, int event, int status)
+{
+	struct qsm_ctx *ctx = d->ctx;
+	const char *name = ctx->ops->device_name(d->fdev);
+	int cs = qsm_sm_cs(&qsm_sm_device, d->state);
+	struct qsm_edge edge;
+
+	if (qsm_sm_device.exec(&cs, event, &edge) < 0) {
+		/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
+		ctx->counters.unexpected++;
+		qsm_trace(ctx, "device", name, d->obj.serial, state_name(d->state), event, NULL, status);
+		return;
+	}
+	for (unsigned int i = 0; i < edge.nactions; i++)
+		run_action(d, (enum qsm_device_action)edge.actions[i], status);
+	qsm_trace(ctx, "device", name, d->obj.serial, state_name(d->state), event,
+		  state_name(edge.target), status);
+	ctx->counters.transitions++;
+	d->state = (uint8_t)edge.target;
+	d->obj.closed = d->state == qsm_sm_device.final_state;
+}
+
+/* No more users: the entry goes (its memory once no queued event points at it). */
+static void device_close(struct qsm_device *d)
+{
 	if (d->obj.closed)
 		return;
-	d->obj.closed = true;
-	qsm_pools_detach_device(d);
-	if (d->sentinel) {
-		ctx->ops->destroy_id(d->sentinel);
-		d->obj.id_gen++;
-		d->sentinel = NULL;
-	}
-	ctx->ops->device_put(d->fdev);
-	qsm_list_del(&d->obj.node);
-	ctx->counters.devices_live--;
+	d->ctx->counters.device_closes++;
+	d->ctx->counters.dispatched++;
+	d->ctx->counters.events[QSM_EV_DESTROY]++;
+	step(d, QSM_EV_DESTROY, 0);
 }
 
 void qsm_device_detach(struct qsm_conn *q)
@@ -129,27 +188,7 @@ static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	}
 	ctx->counters.dispatched++;
 	ctx->counters.events[it->event]++;
-	if (it->event != QSM_EV_DEVICE_REMOVAL) {
-		/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
-		ctx->counters.unexpected++;
-		qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial,
-			  d->removing ? "REMOVING" : "IN_USE", it->event, NULL, it->status);
-		return;
-	}
-	ctx->counters.transitions++;
-	qsm_trace(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, "IN_USE", it->event,
-		  "REMOVING", it->status);
-	d->removing = true;
-	if (d->sentinel) {
-		ctx->ops->destroy_id(d->sentinel);
-		d->obj.id_gen++;
-		d->sentinel = NULL;
-	}
-	for (struct qsm_list *n = d->conns.next; n != &d->conns; n = n->next) {
-		struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, dev_node);
-
-		qsm_post(ctx, &q->obj, QSM_EV_DEVICE_REMOVAL, it->status);
-	}
+	step(d, it->event, it->status);
 }
 
 static void device_teardown(struct qsm_obj *o)

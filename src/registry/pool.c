@@ -58,7 +58,7 @@ int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, st
 	qsm_list_each(n, tmp, &ctx->objs[QSM_OBJ_DEVICE]) {
 		struct qsm_device *d = qsm_container_of(n, struct qsm_device, obj.node);
 
-		if (!d->removing && (r = pool_reg_on(pool, d)) < 0)
+		if (qsm_device_usable(d) && (r = pool_reg_on(pool, d)) < 0)
 			break;
 	}
 	if (r < 0) {
@@ -82,7 +82,7 @@ int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_
 	for (n = pool->regs.next; n != &pool->regs; n = n->next) {
 		const struct qsm_pool_reg *reg = qsm_container_of(n, struct qsm_pool_reg, pool_node);
 
-		if (reg->dev == q->dev && !reg->dev->removing) {
+		if (reg->dev == q->dev && qsm_device_usable(reg->dev)) {
 			if (lkey)
 				*lkey = reg->lkey;
 			if (rkey)

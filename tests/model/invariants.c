@@ -15,9 +15,9 @@ void check_accounting(void)
 		uint64_t sum = 0;
 
 		CHECK(qsm_ctx_counters(ctx[c], &k) == 0, "counters");
-		CHECK(k.popped + k.aborts == k.dispatched + k.dropped + k.completions,
-		      "ctx%d: popped %llu + aborts %llu != dispatched %llu + dropped %llu + completions %llu",
-		      c, (unsigned long long)k.popped, (unsigned long long)k.aborts,
+		CHECK(k.popped + k.aborts + k.device_closes == k.dispatched + k.dropped + k.completions,
+		      "ctx%d: popped %llu + aborts %llu + device closes %llu != dispatched %llu + dropped %llu + completions %llu",
+		      c, (unsigned long long)k.popped, (unsigned long long)k.aborts, (unsigned long long)k.device_closes,
 		      (unsigned long long)k.dispatched, (unsigned long long)k.dropped,
 		      (unsigned long long)k.completions);
 		CHECK(k.completions == compl_seen[c], "ctx%d: %llu completions counted, %llu handed to handlers",

@@ -1,0 +1,72 @@
+/* rdma-qsm: a device of the ctx's registry, as a Ragel state chart.  While any queue uses the
+ * device, its sentinel id (bound, never connected) hears DEVICE_REMOVAL even in the gap. */
+#include "sm.h"
+
+%%{
+	machine device;
+	alphtype int;
+	import "events.h";
+
+	# What an edge does (enum qsm_device_action; the registry carries it out).
+	action release_sentinel { QSM_SM_DEVICE_ACT(QSM_ACT_RELEASE_SENTINEL); }
+	action notify_queues    { QSM_SM_DEVICE_ACT(QSM_ACT_NOTIFY_QUEUES); }
+	action release_registry { QSM_SM_DEVICE_ACT(QSM_ACT_RELEASE_REGISTRY); }
+
+	action IN_USE    { QSM_SM_TO(QSM_DEVICE_IN_USE); }
+	action REMOVING  { QSM_SM_TO(QSM_DEVICE_REMOVING); }
+	action CLOSED    { QSM_SM_TO(QSM_DEVICE_CLOSED); }
+
+	main := (
+	start:
+	# In the registry: at least one queue uses it; its sentinel is bound.
+	InUse: (
+		QSM_EV_DEVICE_REMOVAL  @release_sentinel @notify_queues   -> Removing |
+		QSM_EV_DESTROY         @release_registry                  -> Closed
+	) >~IN_USE,
+
+	# Going away: every queue on it takes its DEVICE_REMOVAL edge; the device stays out of
+	# the registry's reach (a new attach makes a new entry) until the last one has let go.
+	Removing: (
+		QSM_EV_DESTROY         @release_registry                  -> Closed
+	) >~REMOVING,
+
+	Closed: ( zlen ) >~CLOSED
+	);
+
+	write data;
+}%%
+
+static int device_exec(int *csp, int event, struct qsm_edge *edge)
+{
+	QSM_SM_EXEC_PROLOGUE;
+	%% write exec;
+	if (cs == device_error)
+		return -ENOMSG;
+	*csp = cs;
+	return 0;
+}
+
+static const char *const device_state_names[] = {
+	[QSM_DEVICE_IN_USE] = "IN_USE",
+	[QSM_DEVICE_REMOVING] = "REMOVING",
+	[QSM_DEVICE_CLOSED] = "CLOSED",
+};
+
+/* Beside the states: a removed device takes no new queue, MR or pool registration. */
+static const struct qsm_state_facts device_facts[QSM_DEVICE_STATE_COUNT] = {
+	[QSM_DEVICE_REMOVING] = { .retiring = true },
+	[QSM_DEVICE_CLOSED]   = { .retiring = true },
+};
+
+const struct qsm_sm qsm_sm_device = {
+	.id = QSM_MACHINE_DEVICE,
+	.name = "device",
+	.nstates = QSM_DEVICE_STATE_COUNT,
+	.start_state = QSM_DEVICE_IN_USE,
+	.final_state = QSM_DEVICE_CLOSED,
+	.state_names = device_state_names,
+	.facts = device_facts,
+	.start_cs = device_start,
+	.error_cs = device_error,
+	.exec = device_exec,
+};
