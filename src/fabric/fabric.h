@@ -40,6 +40,8 @@
  *   reference); device_get() refs are what keep its resources (PD, CQs) alive.
  * - private_data_len is what the wire carried: IB/RoCE pad to the CM message size
  *   (REQ 56, REP 196, REJ 148 bytes), iWARP does not.  Handlers must not rely on it.
+ *   Those sizes are also the limits: connect(), accept() or reject() with more private
+ *   data is -EINVAL and has no effect (the kernel's own rdma_accept() would reject).
  * - A CONNECT_REQUEST never returned when its listening id is destroyed: the backend
  *   destroys the new id and the active side is rejected.
  * - An event the backend cannot name (rdmacm: an rdma_cm event this build's rdma-core did

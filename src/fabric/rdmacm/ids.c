@@ -156,11 +156,34 @@ static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void
 	p->rnr_retry_count = 7;
 }
 
+/*
+ * The longest private data a CM message of this kind carries on the id's transport.  Checked
+ * before librdmacm is called: the kernel's rdma_accept() that fails on the length still rejects
+ * the connection (its error path sends a REJ), and a call that fails must have no effect.  IB
+ * and RoCE: the IB CM's REQ (92 bytes, less the 36 of the rdma_cm header for an IP address),
+ * REP (196) and REJ (148) private data; iWARP: what fits conn_param's 8-bit length.
+ */
+enum pdata_msg { PDATA_REQ, PDATA_REP, PDATA_REJ };
+
+static size_t pdata_max(const struct qsm_fid *id, enum pdata_msg m)
+{
+	static const size_t ib[] = { [PDATA_REQ] = 56, [PDATA_REP] = 196, [PDATA_REJ] = 148 };
+
+	if (id->cm->verbs && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IWARP)
+		return 255;
+	return ib[m];
+}
+
+static bool pdata_ok(const struct qsm_fid *id, const void *pdata, size_t len, enum pdata_msg m)
+{
+	return len <= pdata_max(id, m) && (!len || pdata);
+}
+
 int qsm_rc_connect(struct qsm_fid *id, const void *pdata, size_t len)
 {
 	struct rdma_conn_param p;
 
-	if (!id || len > 255 || (len && !pdata))
+	if (!id || !pdata_ok(id, pdata, len, PDATA_REQ))
 		return -EINVAL;
 	conn_param(id, &p, pdata, len, false);
 	if (rdma_connect(id->cm, &p) < 0)
@@ -172,7 +195,7 @@ int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len)
 {
 	struct rdma_conn_param p;
 
-	if (!id || len > 255 || (len && !pdata))
+	if (!id || !pdata_ok(id, pdata, len, PDATA_REP))
 		return -EINVAL;
 	if (!id->cm->qp)   /* librdmacm would read the QP number from conn_param */
 		return -EINVAL;
@@ -184,7 +207,7 @@ int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len)
 
 int qsm_rc_reject(struct qsm_fid *id, const void *pdata, size_t len)
 {
-	if (!id || len > 255 || (len && !pdata))
+	if (!id || !pdata_ok(id, pdata, len, PDATA_REJ))
 		return -EINVAL;
 	if (rdma_reject(id->cm, pdata, (uint8_t)len) < 0)
 		return errno_or(EINVAL);
