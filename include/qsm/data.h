@@ -20,15 +20,30 @@ struct qsm_pool;
 #define QSM_ACCESS_REMOTE_WRITE 2
 #define QSM_ACCESS_REMOTE_READ 4
 
-/* Completion status: the values of enum ibv_wc_status that a ULP acts on. */
+/* Completion status: enum ibv_wc_status, value for value (every one a verbs provider reports on
+ * an RC QP; a status this build does not know is reported as QSM_WC_GENERAL_ERR). */
 enum qsm_wc_status {
 	QSM_WC_SUCCESS = 0,
 	QSM_WC_LOC_LEN_ERR = 1,
+	QSM_WC_LOC_QP_OP_ERR = 2,
+	QSM_WC_LOC_EEC_OP_ERR = 3,
 	QSM_WC_LOC_PROT_ERR = 4,
 	QSM_WC_WR_FLUSH_ERR = 5,     /* the QP went to ERR: the buffer is yours again */
+	QSM_WC_MW_BIND_ERR = 6,
+	QSM_WC_BAD_RESP_ERR = 7,
+	QSM_WC_LOC_ACCESS_ERR = 8,
+	QSM_WC_REM_INV_REQ_ERR = 9,  /* the peer refused the request (e.g. its receive was too short) */
 	QSM_WC_REM_ACCESS_ERR = 10,
+	QSM_WC_REM_OP_ERR = 11,      /* the peer failed to carry it out (e.g. its receive's lkey) */
 	QSM_WC_RETRY_EXC_ERR = 12,
 	QSM_WC_RNR_RETRY_EXC_ERR = 13,
+	QSM_WC_LOC_RDD_VIOL_ERR = 14,
+	QSM_WC_REM_INV_RD_REQ_ERR = 15,
+	QSM_WC_REM_ABORT_ERR = 16,
+	QSM_WC_INV_EECN_ERR = 17,
+	QSM_WC_INV_EEC_STATE_ERR = 18,
+	QSM_WC_FATAL_ERR = 19,
+	QSM_WC_RESP_TIMEOUT_ERR = 20,
 	QSM_WC_GENERAL_ERR = 21,
 };
 

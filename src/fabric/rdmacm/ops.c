@@ -22,10 +22,10 @@ static void rc_destroy(struct qsm_fabric *base)
 		return;
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu, flush %llu, error %llu, "
-			"dropped %llu; flushes synthesised %llu\n", (unsigned long long)f->posts,
+			"dropped %llu, unknown status %llu; flushes synthesised %llu\n", (unsigned long long)f->posts,
 			(unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
-			(unsigned long long)f->wc_synth);
+			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_synth);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);

@@ -81,6 +81,7 @@ struct rc_fabric {
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
+	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
 };
 
 static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
@@ -111,9 +112,9 @@ static inline int set_nonblock(int fd)
 
 static inline int epoll_add(struct rc_fabric *f, int fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event e = { .events = EPOLLIN };
 
-	return epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+	return epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &e) < 0 ? -errno : 0;
 }
 
 static inline void epoll_del(struct rc_fabric *f, int fd)
