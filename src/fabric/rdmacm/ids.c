@@ -202,6 +202,7 @@ int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len)
 	conn_param(id, &p, pdata, len, true);
 	if (rdma_accept(id->cm, &p) < 0)
 		return errno_or(EINVAL);
+	id->qp_rts = true;   /* librdmacm moved it there before sending the REP */
 	return 0;
 }
 
@@ -304,6 +305,8 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		}
 		rdma_ack_cm_event(ce);
 		qsm_rc_fid_attach(id);
+		if (ev->event == QSM_EV_ESTABLISHED && qsm_rc_fid_has_qp(id))
+			id->qp_rts = true;   /* the active side's librdmacm moved it there on the REP */
 		ev->id = id;
 		ev->owner = id->owner;
 		if (ev->event == QSM_EV_DEVICE_REMOVAL) {

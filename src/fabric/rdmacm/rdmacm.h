@@ -60,6 +60,7 @@ struct qsm_fid {
 	struct qsm_list qp_node;         /* in dev->qps[] */
 	bool draining, wc_error_sent, fatal_sent;
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
+	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	uint64_t qp_serial;
 	uint32_t qp_num;
 	int qp_wrs;                      /* CQ entries it may use */

@@ -288,7 +288,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		r = errno_or(ENOMEM);
 		goto fail;
 	}
-	id->draining = id->wc_error_sent = id->fatal_sent = id->qp_err = false;
+	id->draining = id->wc_error_sent = id->fatal_sent = id->qp_err = id->qp_rts = false;
 	id->wq_cap[WQ_SEND] = a->max_send_wr;
 	id->wq_cap[WQ_RECV] = a->max_recv_wr;
 	id->qp_serial = ++id->fab->next_qp_serial;
@@ -314,7 +314,7 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 	qp_unhash(id);
 	wq_discard(id);
 	id->draining = false;
-	id->qp_err = false;
+	id->qp_err = id->qp_rts = false;
 	qsm_pending_drop(&id->fab->pq, id, NULL);
 	d->cq_need -= id->qp_wrs;
 	d->nqps--;
@@ -490,6 +490,12 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	}
 	if (id->qp_err)
 		return post_flushed(id, WQ_SEND, wr->wr_id, wr->opcode);
+	/* Refused here, not by verbs: rxe's provider queues the WR in the shared send queue
+	 * before the kernel refuses the doorbell (-EINVAL before RTS), and the QP sends it once
+	 * it reaches RTS -- a failed post that takes effect later, and a completion nobody
+	 * expects (a peer's receive taken by it). */
+	if (!id->qp_rts)
+		return -EINVAL;
 	if (id->wq_hw[WQ_SEND] >= id->wq_cap[WQ_SEND])
 		return -ENOMEM;   /* the last slot is the drain marker's */
 	r = rec_new(id, wr->wr_id, wr->opcode, wr->signaled);
