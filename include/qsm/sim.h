@@ -77,13 +77,14 @@ extern "C" {
  *   the peer, then the send's completion if signaled).  Its errors, as on the wire:
  *   no receive posted: RNR_RETRY_EXC_ERR to the sender, whose QP goes to ERR (the
  *   receiver's stays RTS: an RNR NAK is flow control); the receive too small or its
- *   lkey bad: LOC_LEN_ERR / LOC_PROT_ERR on it, GENERAL_ERR to the sender (hardware
- *   says REM_INV_REQ / REM_OP_ERR), both QPs to ERR.
+ *   lkey without local write: LOC_QP_OP_ERR on it, REM_OP_ERR to the sender (what rxe
+ *   reports; hardware may say LOC_LEN_ERR / LOC_PROT_ERR and REM_INV_REQ_ERR), both
+ *   QPs to ERR.
  * - RDMA_WRITE / RDMA_READ need an rkey of the peer's device granting REMOTE_WRITE /
  *   REMOTE_READ over the range; only the sender completes.  A zero-length one checks
  *   neither rkey nor remote address and succeeds (IBA C9-88, as rxe does).  A refused rkey is
- *   REM_ACCESS_ERR to the sender and QP_FATAL to the peer (IBV_EVENT_QP_ACCESS_ERR),
- *   both QPs to ERR.
+ *   REM_ACCESS_ERR to the sender; the peer's QP goes to ERR without an event, as on rxe
+ *   (its posted receives flush; hardware may add IBV_EVENT_QP_ACCESS_ERR).
  * - A local SGE that its lkey does not cover (with LOCAL_WRITE where data is
  *   written into it) is LOC_PROT_ERR; a peer QP gone or not RTS is RETRY_EXC_ERR;
  *   both move only the sender's QP to ERR.

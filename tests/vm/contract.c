@@ -8,9 +8,11 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include <qsm/machine.h>
 #include <qsm/rdmacm.h>
 
 #include "contract.h"
+#include "fabric/rdmacm/rdmacm.h"   /* the fabric's ids, to find an owner's QP */
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -25,6 +27,30 @@ static void rdmacm_setup(struct qsm_fabric **c, struct qsm_fabric **s)
 	ck_assert_int_eq(qsm_rdmacm_fabric_new(s), 0);
 }
 
+/* The QP state the kernel reports (ibv_query_qp) for the QP of @owner's id on @f; -1: none. */
+static int rdmacm_qp_state(struct qsm_fabric *f, void *owner)
+{
+	static const int state[] = { [IBV_QPS_RESET] = QSM_QP_RESET, [IBV_QPS_INIT] = QSM_QP_INIT,
+				     [IBV_QPS_RTR] = QSM_QP_RTR, [IBV_QPS_RTS] = QSM_QP_RTS,
+				     [IBV_QPS_SQD] = QSM_QP_SQD, [IBV_QPS_SQE] = QSM_QP_SQE,
+				     [IBV_QPS_ERR] = QSM_QP_ERR };
+	struct rc_fabric *rf = to_fab(f);
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &rf->ids) {
+		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
+		struct ibv_qp_attr attr;
+		struct ibv_qp_init_attr init;
+
+		if (id->owner != owner || !id->cm->qp)
+			continue;
+		if (ibv_query_qp(id->cm->qp, &attr, IBV_QP_STATE, &init))
+			return -1;
+		return (unsigned)attr.qp_state < sizeof(state) / sizeof(state[0]) ? state[attr.qp_state] : -1;
+	}
+	return -1;
+}
+
 int main(void)
 {
 	static struct contract_fixture rdmacm = {
@@ -34,7 +60,8 @@ int main(void)
 		.fd_exact = false,         /* the contract allows spurious wake-ups */
 		.case_timeout_s = 120,
 		.setup = rdmacm_setup,
-		/* no qp_state, check_clean or check_no_pending: the kernel keeps no count we can read */
+		.qp_state = rdmacm_qp_state,
+		/* no check_clean or check_no_pending: the kernel keeps no count we can read */
 	};
 	static const struct contract_fixture *const fixtures[] = { &rdmacm };
 

@@ -297,8 +297,11 @@ static void send_done(struct sim_id *id, const struct qsm_fabric_wr *wr, uint32_
 
 /*
  * A SEND lands in the peer's first posted receive.  The responder detects its errors
- * first and completes that receive in error; the requester then gets the NAK: REM_INV_REQ
- * or REM_OP_ERR on hardware, GENERAL_ERR here (the subset of fabric.h has neither).
+ * first and completes that receive in error; the requester then gets the NAK.  What rxe
+ * (6.1) reports, measured over soft-RoCE: a receive too short and a receive whose lkey
+ * does not grant local write both complete LOC_QP_OP_ERR at the responder (its copy
+ * fails: a "malformed WQE") and REM_OP_ERR at the requester.  (Hardware may say
+ * LOC_LEN_ERR / LOC_PROT_ERR and REM_INV_REQ_ERR; the kernel we test on is the truth.)
  */
 static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
 {
@@ -313,15 +316,14 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 		return;
 	}
 	r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
-	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE))
-		rstatus = QSM_WC_LOC_PROT_ERR;
-	else if (len > sges_len(r->sge, r->num_sge))
-		rstatus = QSM_WC_LOC_LEN_ERR;
+	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE) ||
+	    len > sges_len(r->sge, r->num_sge))
+		rstatus = QSM_WC_LOC_QP_OP_ERR;
 	if (rstatus != QSM_WC_SUCCESS) {
 		complete(peer, r->wr_id, QSM_WR_RECV, rstatus, 0);
 		recv_free(peer, r);
 		sim_qp_err(peer);
-		send_failed(id, wr, QSM_WC_GENERAL_ERR);
+		send_failed(id, wr, QSM_WC_REM_OP_ERR);
 		return;
 	}
 	sges_copy(r->sge, r->num_sge, wr->sg_list, wr->num_sge);
@@ -332,9 +334,9 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 
 /*
  * RDMA WRITE and READ reach the peer's memory through its rkey; the peer's owner sees
- * nothing unless the rkey is refused: then the responder's QP goes to ERR with an
- * affiliated async error (IBV_EVENT_QP_ACCESS_ERR, reported as QP_FATAL) and the
- * requester gets REM_ACCESS_ERR.  A zero-length transfer checks neither rkey nor remote
+ * nothing unless the rkey is refused: then the requester gets REM_ACCESS_ERR and the
+ * responder's QP goes to ERR as rxe (6.1) does it, measured over soft-RoCE: silently, no
+ * async event (hardware may raise IBV_EVENT_QP_ACCESS_ERR), its posted receives flushed.  A zero-length transfer checks neither rkey nor remote
  * address and moves nothing (IBA C9-88; rxe's check_rkey does the same).
  */
 static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
@@ -349,7 +351,7 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	}
 	if (!mr_grants(peer->dev, wr->rkey, true, wr->remote_addr, len,
 		       write ? QSM_ACCESS_REMOTE_WRITE : QSM_ACCESS_REMOTE_READ)) {
-		sim_qp_fatal(peer);
+		sim_qp_err(peer);
 		send_failed(id, wr, QSM_WC_REM_ACCESS_ERR);
 		return;
 	}
