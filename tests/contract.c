@@ -707,29 +707,6 @@ START_TEST(test_refused_rkey_is_rem_access_err_at_the_requester_and_errs_the_res
 }
 END_TEST
 
-START_TEST(test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender)
-{
-	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
-	uint8_t src[8] = { 0 };
-	struct region rs;
-
-	connect_pair(&a, &p);
-	rs = reg(fc, a, src, sizeof(src), 0);
-	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 8)), 0);
-	expect_wc(fc, &CLI, 1, QSM_WC_RNR_RETRY_EXC_ERR, QSM_WR_SEND);
-	expect(fc, QSM_EV_WC_ERROR, &CLI);
-	expect_none(fc);
-	expect_qp(fc, &CLI, QSM_QP_ERR);
-	/* An RNR NAK is flow control: the responder hears nothing and stays in RTS. */
-	expect_none(fs);
-	expect_qp(fs, &SRV, QSM_QP_RTS);
-
-	fc->ops->dereg_mr(rs.mr);
-	pair_down(l, a, p);
-	assert_clean();
-}
-END_TEST
-
 /* What rxe reports (6.1, measured): the responder's copy fails, LOC_QP_OP_ERR, and the
  * requester gets REM_OP_ERR; hardware may say LOC_LEN_ERR and REM_INV_REQ_ERR. */
 START_TEST(test_message_larger_than_the_recv_is_loc_qp_op_err_at_the_receiver_and_rem_op_err_at_the_sender)
@@ -1017,7 +994,6 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_zero_length_rdma_checks_no_rkey_and_touches_no_memory);
 	tcase_add_test(tc, test_rdma_read_fetches_from_the_rkey_into_local_sges);
 	tcase_add_test(tc, test_refused_rkey_is_rem_access_err_at_the_requester_and_errs_the_responder_silently);
-	tcase_add_test(tc, test_send_without_a_posted_recv_is_rnr_retry_exc_err_at_the_sender);
 	tcase_add_test(tc, test_message_larger_than_the_recv_is_loc_qp_op_err_at_the_receiver_and_rem_op_err_at_the_sender);
 	tcase_add_test(tc, test_recv_whose_lkey_does_not_grant_local_write_is_loc_qp_op_err_when_a_send_lands);
 	tcase_add_test(tc, test_unsignaled_send_completes_only_at_the_receiver);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# VM scenario (not yet in tests/vm/scenarios: six cases still fail on rxe, see README):
+# VM scenario (not yet in tests/vm/scenarios: five contract cases are still sim-only, see README):
 # the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE
 # (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's rdma_cm.
 #   tests/vm/run tests/vm/contract.sh [BINARY]
