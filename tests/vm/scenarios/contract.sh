@@ -1,14 +1,13 @@
 #!/bin/bash
-# VM scenario (not yet in tests/vm/scenarios: five contract cases are still sim-only, see README):
-# the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE
+# VM scenario: the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE
 # (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's rdma_cm.
-#   tests/vm/run tests/vm/contract.sh [BINARY]
+#   tests/vm/run tests/vm/scenarios/contract.sh [BINARY]
 # The binary: BINARY, else $QSM_CONTRACT_BIN, else ./tests/vm/contract (run from the top of the
 # build tree).  Every wait in the cases is bounded; the whole run is killed after 600 s.
 set -u
 # tests/vm/run copies only this file into the guest: the library comes from the (read-only) host tree.
 # shellcheck source=tests/vm/lib.sh
-. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
 vm_setup contract 1 QSM_CONTRACT_BIN 1 "${1:-}"
 echo "== $bin (Check output; CK_VERBOSITY=verbose names every case)"
