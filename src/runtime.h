@@ -177,6 +177,7 @@ struct qsm_ctx {
 	/* FIFO of items (ring buffer, grows) */
 	struct qsm_item *fifo;
 	size_t fifo_cap, fifo_head, fifo_len;
+	size_t fifo_hwm;                  /* most items queued at once since the last trim */
 	const struct qsm_item *current;   /* the item being dispatched */
 
 	/* timers: binary min-heap */
@@ -204,6 +205,7 @@ uint64_t qsm_monotonic_ns(void *arg);
 uint64_t qsm_now(struct qsm_ctx *ctx);
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot);
+void qsm_fifo_trim(struct qsm_ctx *ctx);
 void qsm_timers_fire(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);

@@ -604,6 +604,31 @@ static void trace_unknown(const struct qsm_trace_record *r, void *arg)
 	unknown_trace.to_null = r->to == NULL;
 }
 
+/* A connect storm grows the FIFO; once it is served, the FIFO gives the memory back. */
+START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
+{
+	enum { N = 5000 };
+	static struct qsm_conn *q[N];
+	struct qsm_counters k;
+	uint64_t peak;
+
+	for (int i = 0; i < N; i++) {
+		q[i] = new_client(NULL);
+		ck_assert_int_eq(qsm_conn_connect(q[i]), 0);
+	}
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k), 0);
+	peak = k.fifo_bytes;
+	ck_assert_uint_gt(peak, 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(qsm_conn_destroy(q[i]), 0);
+	pump(0);
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k), 0);
+	ck_assert_uint_eq(k.queues_live, 0);
+	/* 5000 queued: 8192 slots; served and quiet: back to the smallest ring, 64 slots */
+	ck_assert_uint_eq(k.fifo_bytes * 128, peak);
+}
+END_TEST
+
 START_TEST(test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected)
 {
 	const int raw[] = { 1000, -1 };
@@ -669,6 +694,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap);
 	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
 	tcase_add_test(t, test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected);
+	tcase_add_test(t, test_fifo_shrinks_back_after_a_connect_storm);
 	suite_add_tcase(s, t);
 	return s;
 }

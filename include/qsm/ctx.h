@@ -140,6 +140,8 @@ struct qsm_counters {
 	uint64_t device_closes;          /* registry entries closed (their last queue let go,
 	                                    or the ctx went): the device machine's DESTROY,
 	                                    dispatched at once like an ABORT */
+	uint64_t fifo_bytes;             /* memory the FIFO holds now: it doubles in a burst and
+	                                    shrinks back once a dispatch pass empties it */
 };
 
 struct qsm_trace_record {

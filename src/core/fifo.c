@@ -6,31 +6,58 @@
 
 #include "runtime.h"
 
-/* ---- the FIFO ---- */
+#define FIFO_MIN 64
+
+/* The ring at a new capacity, its items in order from slot 0.  -ENOMEM leaves it as it was. */
+static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
+{
+	struct qsm_item *n = malloc(cap * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	for (size_t i = 0; i < ctx->fifo_len; i++)
+		n[i] = ctx->fifo[(ctx->fifo_head + i) % ctx->fifo_cap];
+	free(ctx->fifo);
+	ctx->fifo = n;
+	ctx->fifo_cap = cap;
+	ctx->fifo_head = 0;
+	ctx->counters.fifo_bytes = cap * sizeof(*n);
+	return 0;
+}
 
 int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
 {
-	if (ctx->fifo_len == ctx->fifo_cap) {
-		size_t cap = ctx->fifo_cap ? ctx->fifo_cap * 2 : 64;
-		struct qsm_item *n = malloc(cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		for (size_t i = 0; i < ctx->fifo_len; i++)
-			n[i] = ctx->fifo[(ctx->fifo_head + i) % ctx->fifo_cap];
-		free(ctx->fifo);
-		ctx->fifo = n;
-		ctx->fifo_cap = cap;
-		ctx->fifo_head = 0;
-	}
+	if (ctx->fifo_len == ctx->fifo_cap &&
+	    fifo_resize(ctx, ctx->fifo_cap ? ctx->fifo_cap * 2 : FIFO_MIN) < 0)
+		return -ENOMEM;
 	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len) % ctx->fifo_cap];
 	ctx->fifo_len++;
+	if (ctx->fifo_len > ctx->fifo_hwm)
+		ctx->fifo_hwm = ctx->fifo_len;
 	if (!ctx->kicked) {
 		uint64_t one = 1;
 
 		ctx->kicked = write(ctx->kickfd, &one, sizeof(one)) == sizeof(one);
 	}
 	return 0;
+}
+
+/*
+ * After a burst (a connect storm of 100k queues leaves a ring of ~40 MB), give memory back:
+ * at the end of a dispatch pass that left the FIFO empty, size it to twice what the pass
+ * queued (a power of two, at least FIFO_MIN) when that is under a quarter of it.  A steady
+ * load keeps the room it uses; a ring never shrinks while it holds an item.
+ */
+void qsm_fifo_trim(struct qsm_ctx *ctx)
+{
+	size_t want = FIFO_MIN;
+
+	while (want < 2 * ctx->fifo_hwm)
+		want *= 2;
+	ctx->fifo_hwm = 0;
+	if (ctx->fifo_len || ctx->fifo_cap < 4 * want)
+		return;
+	fifo_resize(ctx, want); /* -ENOMEM: keep the larger one, nothing lost */
 }
 
 /* Queue an event for an object; it is dispatched after everything queued before it. */

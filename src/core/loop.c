@@ -228,6 +228,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			/* EAGAIN: already drained */
 		}
 	}
+	qsm_fifo_trim(ctx);
 	qsm_timerfd_rearm(ctx);
 	return (int)n;
 }
