@@ -96,6 +96,7 @@ struct qsm_conn {
 	struct qsm_list dev_node;
 	struct qsm_timer timer;
 	uint32_t attempts;
+	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
 	uint32_t next_delay_ms;
 	uint64_t lost_at_ns;
 	struct qsm_reconnect_policy policy;
@@ -249,7 +250,7 @@ extern const struct qsm_obj_ops qsm_conn_ops;
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_teardown(struct qsm_conn *q);
 int qsm_timeouts_check(const struct qsm_timeouts *t);
-void qsm_conn_arm_retry(struct qsm_conn *q);
+void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);
 uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);

@@ -31,6 +31,7 @@ static struct {
 	int calls_after_destroy;
 	int rejected_status;
 	char rejected_reason[64];
+	int failed_status;          /* the GIVE_UP's status, on the edge into FAILED */
 } seen;
 
 static struct qsm_conn *destroyed_q;
@@ -40,6 +41,8 @@ static int note_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (q == destroyed_q)
 		seen.calls_after_destroy++;
 	seen.enter[qsm_conn_is_passive(q)][ev->to]++;
+	if (!qsm_conn_is_passive(q) && ev->to == QSM_CM_FAILED)
+		seen.failed_status = ev->status;
 	if (!qsm_conn_is_passive(q) && ev->to == QSM_CM_RECONNECT_WAIT && ev->event == QSM_EV_REJECTED) {
 		seen.rejected_status = ev->status;
 		snprintf(seen.rejected_reason, sizeof(seen.rejected_reason), "%.*s",
@@ -546,7 +549,7 @@ START_TEST(test_jittered_retry_delay_near_uint32_max_does_not_wrap)
 	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
 	qsm_conn_connect(q); /* no listener: REJECTED each time */
 	pump(0);
-	for (uint32_t a = 1; a <= 8; a++) {
+	for (int a = 1; a <= 8; a++) {
 		uint64_t t0 = world.now_ns, waited;
 
 		ck_assert_int_eq(qsm_conn_attempts(q), a);
@@ -603,6 +606,47 @@ static void trace_unknown(const struct qsm_trace_record *r, void *arg)
 	snprintf(unknown_trace.from, sizeof(unknown_trace.from), "%s", r->from);
 	unknown_trace.to_null = r->to == NULL;
 }
+
+/* Out of memory at every attempt: the default policy says so and stops, it does not retry
+ * forever (the 253rd queue on one CQ used to reconnect 80,000 times in two minutes). */
+START_TEST(test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = 10 },
+	};
+
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_ENOMEM, 1000), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump(100);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_FAILED);
+	ck_assert_int_eq(qsm_conn_attempts(q), 8);          /* the default max_exhausted */
+	ck_assert_int_eq(COUNT(cctx, exhausted), 8);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_RECONNECT_WAIT], 8);
+	ck_assert_int_eq(seen.failed_status, -ENOMEM);      /* FAILED.enter is told why */
+}
+END_TEST
+
+/* UINT32_MAX: the ULP wants to wait for memory itself; every failure is still counted. */
+START_TEST(test_resource_exhaustion_retries_when_max_exhausted_is_never)
+{
+	struct qsm_conn *q;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = 10, .max_delay_ms = 10, .max_exhausted = UINT32_MAX },
+	};
+
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_ENOMEM, 20), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump(20);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(COUNT(cctx, exhausted), 20);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_FAILED], 0);
+}
+END_TEST
 
 /* A connect storm grows the FIFO; once it is served, the FIFO gives the memory back. */
 START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
@@ -695,6 +739,8 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
 	tcase_add_test(t, test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected);
 	tcase_add_test(t, test_fifo_shrinks_back_after_a_connect_storm);
+	tcase_add_test(t, test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno);
+	tcase_add_test(t, test_resource_exhaustion_retries_when_max_exhausted_is_never);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -100,6 +100,10 @@ struct qsm_reconnect_policy {
 	uint32_t jitter_pct;        /* +- this % of each delay, from the ctx's seeded PRNG */
 	uint32_t max_attempts;      /* 0 = unlimited; GIVE_UP after this many failed attempts */
 	uint32_t loss_timeout_ms;   /* 0 = never; GIVE_UP this long after the connection was lost */
+	uint32_t max_exhausted;     /* GIVE_UP after this many attempts in a row failed for lack of
+	                               a resource (-ENOMEM, -ENOSPC, -ENOBUFS, -EMFILE, -ENFILE:
+	                               CQ, QP, MR, memory); 0 = 8; UINT32_MAX = never.  GIVE_UP
+	                               carries the last failure's errno in its status. */
 };
 
 /* Per-step timeouts; 0 = default.  Each is at most QSM_TIMEOUT_MAX_MS: qsm_conn_new() and
@@ -142,6 +146,8 @@ struct qsm_counters {
 	                                    dispatched at once like an ABORT */
 	uint64_t fifo_bytes;             /* memory the FIFO holds now: it doubles in a burst and
 	                                    shrinks back once a dispatch pass empties it */
+	uint64_t exhausted;              /* reconnect attempts that failed for lack of a resource
+	                                    (see max_exhausted) */
 };
 
 struct qsm_trace_record {

@@ -1,5 +1,7 @@
 /* rdma-qsm: the reconnect policy: exponential backoff with jitter (deterministic under the ctx
  * seed), bounded by max_attempts and loss_timeout_ms, after which GIVE_UP. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime.h"
@@ -30,18 +32,42 @@ uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 	return d;
 }
 
-void qsm_conn_arm_retry(struct qsm_conn *q)
+/* A failure for lack of a resource: retrying at once will not help, retrying forever hides it. */
+static bool exhaustion(int status)
+{
+	switch (status) {
+	case -ENOMEM:
+	case -ENOSPC:
+	case -ENOBUFS:
+	case -EMFILE:
+	case -ENFILE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* @status: why the attempt failed (the edge's event status), given to GIVE_UP. */
+void qsm_conn_arm_retry(struct qsm_conn *q, int status)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	uint64_t now = qsm_now(ctx);
+	uint32_t max_exhausted = q->policy.max_exhausted ? q->policy.max_exhausted : 8;
 
 	q->attempts++;
 	if (!q->lost_at_ns)
 		q->lost_at_ns = now;
+	if (exhaustion(status)) {
+		q->exhausted++;
+		ctx->counters.exhausted++;
+	} else {
+		q->exhausted = 0; /* in a row: another kind of failure starts the count over */
+	}
 	if ((q->policy.max_attempts && q->attempts >= q->policy.max_attempts) ||
 	    (q->policy.loss_timeout_ms &&
-	     now - q->lost_at_ns >= (uint64_t)q->policy.loss_timeout_ms * 1000000ull)) {
-		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, 0);
+	     now - q->lost_at_ns >= (uint64_t)q->policy.loss_timeout_ms * 1000000ull) ||
+	    (max_exhausted != UINT32_MAX && q->exhausted >= max_exhausted)) {
+		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, status);
 		return;
 	}
 	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, &q->policy, &q->next_delay_ms));
@@ -50,6 +76,7 @@ void qsm_conn_arm_retry(struct qsm_conn *q)
 void qsm_conn_reset_backoff(struct qsm_conn *q)
 {
 	q->attempts = 0;
+	q->exhausted = 0;
 	q->next_delay_ms = 0;
 	q->lost_at_ns = 0;
 }

@@ -181,7 +181,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		release_id(q);
 		break;
 	case QSM_ACT_ARM_RETRY:
-		qsm_conn_arm_retry(q);
+		qsm_conn_arm_retry(q, ev->status);
 		break;
 	case QSM_ACT_RETRY_NOW:
 		q->next_delay_ms = 0;
