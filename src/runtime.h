@@ -90,6 +90,7 @@ struct qsm_conn {
 	bool dead;                  /* destroyed or aborted: no callback ever again */
 	bool abort_pending;
 	bool decided;               /* passive: accept or reject was called */
+	bool wc_error_queued;       /* this QP's first error completion had its WC_ERROR */
 	uint8_t pdata_len;          /* connect / accept / reject private data */
 	struct qsm_fid *id;
 	struct qsm_device *dev;

@@ -88,8 +88,9 @@ extern "C" {
  * - A local SGE that its lkey does not cover (with LOCAL_WRITE where data is
  *   written into it) is LOC_PROT_ERR; a peer QP gone or not RTS is RETRY_EXC_ERR;
  *   both move only the sender's QP to ERR.
- * - Every error completion other than a flush is followed by the QP's
- *   QSM_EV_WC_ERROR (status -EIO), once per QP.
+ * - The sim reports completions only; the library follows a QP's first error
+ *   completion other than a flush by the queue's QSM_EV_WC_ERROR (status -EIO), once
+ *   per QP, as on every fabric.
  *
  * The sim abort()s the process if malloc fails where a call has already taken
  * effect (posting an event): a sim that silently lost an event would make every

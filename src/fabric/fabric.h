@@ -66,8 +66,9 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  *   with QSM_WC_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
  *   so the ULP always gets its buffers back.  The drain marker is never reported as a
  *   completion: its flush is the DRAINED event.
- * - A completion with a status other than SUCCESS and QSM_WC_WR_FLUSH_ERR is also
- *   reported, once per QP, as QSM_EV_WC_ERROR (after the completion).
+ * - Completions only: an error completion is no other event.  The runtime (src/queue/step.c)
+ *   follows a QP's first completion with a status other than SUCCESS and
+ *   QSM_WC_WR_FLUSH_ERR by QSM_EV_WC_ERROR (-EIO), once per QP, for both fabrics alike.
  * - Completions of one QP keep their order; between CM events and completions there is
  *   none (a DISCONNECTED may come before completions that happened earlier).
  * - A peer's disconnect does not move our QP to ERR (the kernel leaves user QPs alone):
@@ -96,7 +97,7 @@ struct qsm_fabric_wr {
 #define QSM_FABRIC_PDATA_MAX 256
 
 struct qsm_fabric_event {
-	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED, WC_ERROR */
+	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED, COMPLETION */
 	int status;               /* rdma_cm status: negative errno, or the reject reason for REJECTED */
 	void *owner;              /* owner of `id` at the time the event was taken */
 	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */

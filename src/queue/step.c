@@ -48,8 +48,31 @@ static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_i
 		refused(q, fn(q, ev));
 }
 
+/*
+ * The first error completion of a QP other than a flush is the QP's WC_ERROR (-EIO), once per
+ * QP; the fabrics deliver completions only.  It is queued before the completion handler runs,
+ * so it is the next item of the ctx, ahead of whatever the handler queues: a completion is
+ * taken from the fabric into an empty FIFO, whose slot it just left, so the push does not
+ * allocate.  -ENOMEM all the same: the caller steps it at once after the handler, never lost.
+ * A queue the handler aborts drops it, as it drops every event once dead.
+ */
+static int queue_wc_error(struct qsm_conn *q, const struct qsm_item *it)
+{
+	struct qsm_item wce;
+
+	if (it->wc.status == QSM_WC_SUCCESS || it->wc.status == QSM_WC_WR_FLUSH_ERR ||
+	    q->wc_error_queued)
+		return 0;
+	q->wc_error_queued = true;
+	wce = *it;   /* its id and gen: stale, like the completion, once the id is let go of */
+	wce.event = QSM_EV_WC_ERROR;
+	wce.status = -EIO;
+	wce.pdata_len = 0;
+	return qsm_post_copy(q->ctx, &q->obj, &wce);
+}
+
 /* A completion is not a machine event: it goes to the completion handler (or nowhere, once
- * the queue is destroyed).  An error completion is followed by the fabric's WC_ERROR. */
+ * the queue is destroyed). */
 static void completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	q->ctx->counters.completions++;
@@ -85,6 +108,7 @@ static int create_qp(struct qsm_conn *q)
 	if (r < 0)
 		return r;
 	q->qp_state = (uint8_t)qsm_sm_qp.start_state;
+	q->wc_error_queued = false;   /* a new QP: its first error completion is a WC_ERROR */
 	qp_feed(q, QSM_EV_QP_TO_INIT);
 	return 0;
 }
@@ -316,7 +340,14 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		return;
 	}
 	if (it->event == QSM_EV_COMPLETION) {
+		bool wc_error_now = queue_wc_error(q, it) < 0;
+
 		completion(q, &it->wc);
+		take_abort(q);
+		if (!wc_error_now || q->dead)
+			return;
+		qp_feed(q, QSM_EV_WC_ERROR);
+		step(q, QSM_EV_WC_ERROR, -EIO, NULL, 0);
 		take_abort(q);
 		return;
 	}

@@ -17,7 +17,7 @@
  * The rule: a work completion never needs memory.  Its entry is the WR's own record,
  * allocated when the WR is posted (a post that cannot allocate fails with -ENOMEM, and
  * nothing was posted), so every WR that was posted completes exactly once, whatever the
- * allocator says later.  Only the other events (QP_FATAL, DRAINED, WC_ERROR, DEVICE_ADDED)
+ * allocator says later.  Only the other events (QP_FATAL, DRAINED, DEVICE_ADDED)
  * allocate; one of those lost to ENOMEM is covered by the runtime's state timeouts.
  */
 struct qsm_pending {

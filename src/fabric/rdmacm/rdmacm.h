@@ -58,7 +58,7 @@ struct qsm_fid {
 	struct vctx *vc;                 /* counted in the context's users */
 	/* the QP */
 	struct qsm_list qp_node;         /* in dev->qps[] */
-	bool draining, wc_error_sent, fatal_sent;
+	bool draining, fatal_sent;
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	uint64_t qp_serial;

@@ -215,10 +215,6 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		rec_complete(id, wq, r, st, wc->byte_len);
 	else
 		rec_free(id, wq, r);
-	if (st != QSM_WC_SUCCESS && st != QSM_WC_WR_FLUSH_ERR && !id->wc_error_sent) {
-		id->wc_error_sent = true;
-		pending_push(d->fab, QSM_EV_WC_ERROR, -EIO, id, NULL, false);
-	}
 	if (id->qp_err)
 		qsm_rc_wq_flush_heads(id);
 }
@@ -288,7 +284,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		r = errno_or(ENOMEM);
 		goto fail;
 	}
-	id->draining = id->wc_error_sent = id->fatal_sent = id->qp_err = id->qp_rts = false;
+	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
 	id->wq_cap[WQ_SEND] = a->max_send_wr;
 	id->wq_cap[WQ_RECV] = a->max_recv_wr;
 	id->qp_serial = ++id->fab->next_qp_serial;

@@ -12,10 +12,8 @@
 
 /* ---- QPs and their completions ---- */
 
-/*
- * One work completion, to the id's owner.  An error other than a flush is also the
- * QP's WC_ERROR, once per QP, right behind it (-EIO, as the rdmacm backend reports it).
- */
+/* One work completion, to the id's owner.  Completions only: the runtime makes the QP's
+ * WC_ERROR of its first error completion (src/fabric/fabric.h). */
 static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcode,
 		     enum qsm_wc_status status, uint32_t byte_len)
 {
@@ -23,10 +21,6 @@ static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcod
 				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
 
 	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = &wc });
-	if (status != QSM_WC_SUCCESS && status != QSM_WC_WR_FLUSH_ERR && !id->wc_error_sent) {
-		id->wc_error_sent = true;
-		sim_post_simple(id, QSM_EV_WC_ERROR, -EIO);
-	}
 }
 
 static void recv_free(struct sim_id *id, struct sim_recv *r)
@@ -101,7 +95,6 @@ int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr)
 		return -ENOMEM;
 	id->qp = SIM_QP_INIT;
 	id->cap = *attr;
-	id->wc_error_sent = false;
 	id->dev->nqps++;
 	sim->st.qps++;
 	return 0;

@@ -101,7 +101,6 @@ struct sim_id {
 	struct qsm_list recvs;
 	unsigned nrecvs;
 	struct qsm_fabric_qp_attr cap;       /* as asked for; 0 SGEs means 1, as rdmacm does */
-	bool wc_error_sent;                  /* WC_ERROR is once per QP */
 };
 
 struct sim_event {
