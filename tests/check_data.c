@@ -4,11 +4,13 @@
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <qsm/qsm.h>
 
 #include "check_main.h"
+#include "fabric/fabric.h"
 #include "harness.h"
 
 static struct qsm_sim *sim;
@@ -378,6 +380,169 @@ START_TEST(test_pool_is_registered_per_device_and_released_with_it)
 }
 END_TEST
 
+/* ---- the runtime's WC_ERROR: once per QP, right behind the QP's first error completion ---- */
+
+/* The sim's ops with get_event wrapped: a non-flush error completion is followed by a second
+ * one of the same QP (wr_id + 1000), as an HCA may complete a send and a receive in error. */
+static const struct qsm_fabric_ops *inner_ops;
+static struct qsm_fabric_ops twice_ops;
+static struct qsm_fabric_event second_error;
+static bool has_second_error;
+
+static int get_event_errors_twice(struct qsm_fabric *f, struct qsm_fabric_event *ev)
+{
+	int r;
+
+	if (has_second_error) {
+		*ev = second_error;
+		has_second_error = false;
+		return 0;
+	}
+	r = inner_ops->get_event(f, ev);
+	if (r == 0 && ev->event == QSM_EV_COMPLETION && ev->wc.status != QSM_WC_SUCCESS &&
+	    ev->wc.status != QSM_WC_WR_FLUSH_ERR) {
+		second_error = *ev;
+		second_error.wc.wr_id += 1000;
+		has_second_error = true;
+	}
+	return r;
+}
+
+/* What the client's queue saw, in order: completions ("c<wr_id>/<status>") from its handler,
+ * edges ("<from> <EVENT> <to>/<status>") from the trace. */
+static char seen_log[1024];
+static int disconnect_on_error;
+
+static void log_add(const char *s)
+{
+	size_t n = strlen(seen_log);
+
+	snprintf(seen_log + n, sizeof(seen_log) - n, "%s%s", n ? ", " : "", s);
+}
+
+static void trace_client(const struct qsm_trace_record *r, void *arg)
+{
+	char line[96];
+
+	(void)arg;
+	if (strcmp(r->kind, "conn") != 0)
+		return;
+	snprintf(line, sizeof(line), "%s %s %s/%d", r->from, r->event, r->to ? r->to : "-", r->status);
+	log_add(line);
+}
+
+static int log_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	char line[48];
+
+	snprintf(line, sizeof(line), "c%llu/%d", (unsigned long long)wc->wr_id, (int)wc->status);
+	log_add(line);
+	if (disconnect_on_error && wc->status != QSM_WC_SUCCESS && wc->status != QSM_WC_WR_FLUSH_ERR) {
+		disconnect_on_error = 0;
+		ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	}
+	return on_completion(q, wc, &cli);
+}
+
+static const struct qsm_class logging_cli_class = {
+	.name = "logging-client",
+	.qp_ready = cli_qp_ready,
+	.completion = log_completion,
+};
+
+/* A client ctx whose fabric errs twice, tracing into seen_log; a live queue on it. */
+static struct qsm_conn *connect_logging_client(void)
+{
+	struct qsm_ctx *old = cctx;
+	struct qsm_fabric *f;
+	struct qsm_listener *l;
+	struct qsm_conn *q;
+
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	inner_ops = f->ops;
+	twice_ops = *f->ops;
+	twice_ops.get_event = get_event_errors_twice;
+	f->ops = &twice_ops;
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock,
+							     .now_arg = &world }, &cctx), 0);
+	qsm_ctx_free(old);
+	has_second_error = false;
+	disconnect_on_error = 0;
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &logging_cli_class,
+		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 100 } }, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump();
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	seen_log[0] = 0;
+	qsm_ctx_set_trace(cctx, trace_client, NULL);
+	return q;
+}
+
+static struct qsm_counters count(struct qsm_ctx *c)
+{
+	struct qsm_counters k;
+
+	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
+	return k;
+}
+
+/* A write with a bad rkey: two error completions of the QP (the wrapper's second one), one
+ * WC_ERROR right behind the first, then the posted receive's flush, the drain and the gap. */
+static void bad_write_errs_once(struct qsm_conn *q, uint64_t wr_id, uint64_t wc_errors)
+{
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	char want[512];
+
+	seen_log[0] = 0;
+	ck_assert_int_eq(qsm_conn_post_write(q, wr_id, &s, 1, (uintptr_t)srv.data, 0xdead,
+					     QSM_POST_SIGNALED), 0);
+	pump();
+	snprintf(want, sizeof(want), "c%llu/%d, LIVE WC_ERROR DRAINING/%d, c%llu/%d, c7/%d, "
+		 "DRAINING DISCONNECTED DRAINING/0, DRAINING TIMEWAIT_EXIT DRAINING/0, "
+		 "DRAINING DRAINED RECONNECT_WAIT/0", (unsigned long long)wr_id, QSM_WC_REM_ACCESS_ERR,
+		 -EIO, (unsigned long long)wr_id + 1000, QSM_WC_REM_ACCESS_ERR, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_str_eq(seen_log, want);
+	ck_assert_uint_eq(count(cctx).events[QSM_EV_WC_ERROR], wc_errors);
+}
+
+/* Two error completions of one QP: one WC_ERROR (-EIO), right behind the first, before the
+ * second and before the flush; a new QP (after the reconnect) has its own WC_ERROR. */
+START_TEST(test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own)
+{
+	struct qsm_conn *q = connect_logging_client();
+
+	bad_write_errs_once(q, 4, 1);
+	ck_assert_uint_eq(count(cctx).completions, 3);
+	/* the retry makes a new QP: its first error completion is a WC_ERROR again */
+	harness_run_for(&world, 1000);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	bad_write_errs_once(q, 5, 2);
+}
+END_TEST
+
+/* The WC_ERROR comes before anything the completion handler queues: a disconnect asked for
+ * in the handler of the error completion finds the queue DRAINING already. */
+START_TEST(test_wc_error_comes_before_what_the_completion_handler_queues)
+{
+	struct qsm_conn *q = connect_logging_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	char want[512];
+
+	disconnect_on_error = 1;
+	ck_assert_int_eq(qsm_conn_post_write(q, 4, &s, 1, (uintptr_t)srv.data, 0xdead,
+					     QSM_POST_SIGNALED), 0);
+	pump();
+	snprintf(want, sizeof(want), "c4/%d, LIVE WC_ERROR DRAINING/%d, DRAINING DISCONNECT CLOSING/0, "
+		 "c1004/%d, c7/%d, CLOSING DISCONNECTED CLOSING/0, CLOSING TIMEWAIT_EXIT CLOSING/0, "
+		 "CLOSING DRAINED CLOSED/0", QSM_WC_REM_ACCESS_ERR, -EIO, QSM_WC_REM_ACCESS_ERR,
+		 QSM_WC_WR_FLUSH_ERR);
+	ck_assert_str_eq(seen_log, want);
+	ck_assert_uint_eq(count(cctx).events[QSM_EV_WC_ERROR], 1);
+}
+END_TEST
+
 static Suite *data_suite(void)
 {
 	Suite *s = suite_create("data");
@@ -393,6 +558,8 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_data_path_argument_checks);
 	tcase_add_test(t, test_bad_arguments_are_einval_before_the_state_is_looked_at);
 	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
+	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
+	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
 	suite_add_tcase(s, t);
 	return s;
 }
