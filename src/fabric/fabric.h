@@ -63,9 +63,11 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  *   comes back as exactly one QSM_EV_COMPLETION event (owner = the id's owner, `wc`
  *   filled), in the order the QP completes them; unsignaled sends come back only in error.
  *   After the QP went to ERR (drain, disconnect, fatal error) outstanding WRs complete
- *   with QSM_WC_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
+ *   with QSM_WC_WR_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
  *   so the ULP always gets its buffers back.  The drain marker is never reported as a
  *   completion: its flush is the DRAINED event.
+ *   This rule stays with the fabrics; the runtime does not complete a post itself when its QP
+ *   machine says ERR (see "Why the flush of a post in ERR stays below" after this list).
  * - Completions only: an error completion is no other event.  The runtime (src/queue/step.c)
  *   follows a QP's first completion with a status other than SUCCESS and
  *   QSM_WC_WR_FLUSH_ERR by QSM_EV_WC_ERROR (-EIO), once per QP, for both fabrics alike.
@@ -73,6 +75,25 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  *   none (a DISCONNECTED may come before completions that happened earlier).
  * - A peer's disconnect does not move our QP to ERR (the kernel leaves user QPs alone):
  *   posts between DISCONNECTED and the drain go to the device, which flushes them.
+ */
+
+/*
+ * Why the flush of a post in ERR stays below, in each fabric, and is not made once by the
+ * runtime from q->qp_state (both would be needed, which is more code, not less):
+ * - The runtime's QP machine lags the QP.  A QP goes to ERR with nothing the runtime has
+ *   dispatched yet: an error completion or QP_FATAL still queued, or no event at all (a refused
+ *   rkey errs the responder's QP silently, on rxe and in the sim).  A post in that window
+ *   reaches the fabric, which must flush it itself or the WR is lost (exactly once is the
+ *   contract), so each fabric keeps its check whatever the runtime does.
+ * - Order.  Completions of one work queue come back in post order.  When the runtime's machine
+ *   is in ERR (after disconnect, QP_FATAL, WC_ERROR) the QP may still hold WRs whose flushes
+ *   the device has not reported: rdmacm queues a new WR's flush behind them (post_flushed,
+ *   qsm_rc_wq_flush_heads).  A flush the runtime queued at once would overtake them; only the
+ *   fabric sees what its work queues still hold.
+ * The fabrics differ only in how: the sim flushes a QP's WRs as it enters ERR, so a post's
+ * flush follows at once; rdmacm keeps the WR's record in order behind those still on the QP.
+ * The rule is written once, here, and pinned once for both by tests/contract.c
+ * (test_post_after_err_returns_0_and_completes_with_flush_err).
  */
 
 /* Not a machine event: completions go to the class's completion handler directly. */
