@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <qsm/machine.h>
 
@@ -362,6 +363,58 @@ START_TEST(test_spec_is_well_formed)
 }
 END_TEST
 
+/* What each state does besides its edges, written here by hand (DESIGN, qsm_conn_new(3)'s
+ * timeouts), never derived from the machine: which step timeout, drains, rejects, retiring. */
+struct spec_facts {
+	enum qsm_machine m;
+	int state;
+	const char *timeout;
+	int drains, rejects, retiring;
+};
+
+static const struct spec_facts facts_spec[] = {
+	{ QSM_MACHINE_CM_ID, QSM_CM_ADDR_RESOLVING, "resolve_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_ROUTE_RESOLVING, "resolve_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTING, "connect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTED, "handshake_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_DRAINING, "drain_ms", 1, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CLOSING, "drain_ms", 1, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_REQUESTED, "request_ms", 0, 1, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_ACCEPTING, "connect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_CONNECTED, "handshake_ms", 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DRAINING, "drain_ms", 1, 0, 0 },
+	{ QSM_MACHINE_DEVICE, QSM_DEVICE_REMOVING, NULL, 0, 0, 1 },
+	{ QSM_MACHINE_DEVICE, QSM_DEVICE_CLOSED, NULL, 0, 0, 1 },
+	/* every other state of every machine: no timer, no drain, nothing on teardown */
+};
+
+START_TEST(test_state_facts_match_spec)
+{
+	for (int m = 0; m < QSM_MACHINE_COUNT; m++) {
+		for (int st = 0; st < qsm_machine_state_count(m); st++) {
+			struct spec_facts want = { m, st, NULL, 0, 0, 0 };
+			struct qsm_state_info got;
+
+			for (size_t i = 0; i < sizeof(facts_spec) / sizeof(facts_spec[0]); i++)
+				if (facts_spec[i].m == (enum qsm_machine)m && facts_spec[i].state == st)
+					want = facts_spec[i];
+			ck_assert_int_eq(qsm_machine_state_info(m, st, &got), 0);
+			ck_assert_msg(want.timeout ? got.timeout && !strcmp(got.timeout, want.timeout) : !got.timeout,
+				      "%s %s: timer %s, spec %s", qsm_machine_name(m), qsm_state_name(m, st),
+				      got.timeout ? got.timeout : "none", want.timeout ? want.timeout : "none");
+			ck_assert_int_eq(got.drains, want.drains);
+			ck_assert_int_eq(got.rejects_on_teardown, want.rejects);
+			ck_assert_int_eq(got.retiring, want.retiring);
+		}
+	}
+	ck_assert_int_eq(qsm_machine_state_info(QSM_MACHINE_COUNT, 0, &(struct qsm_state_info){ 0 }), -EINVAL);
+	ck_assert_int_eq(qsm_machine_state_info(QSM_MACHINE_CM_ID, QSM_CM_STATE_COUNT, &(struct qsm_state_info){ 0 }), -EINVAL);
+	ck_assert_int_eq(qsm_machine_state_info(QSM_MACHINE_CM_ID, 0, NULL), -EINVAL);
+}
+END_TEST
+
 /* Every state that a queue can be in while it holds something takes DESTROY. */
 START_TEST(test_destroy_and_device_removal_have_edges_wherever_they_can_occur)
 {
@@ -655,6 +708,7 @@ static Suite *machines_suite(void)
 	Suite *s = suite_create("machines");
 	TCase *t = tcase_create("table");
 
+	tcase_add_test(t, test_state_facts_match_spec);
 	tcase_add_loop_test(t, test_every_state_event_pair_matches_spec, 0, QSM_MACHINE_COUNT);
 	tcase_add_loop_test(t, test_spec_is_well_formed, 0, QSM_MACHINE_COUNT);
 	tcase_add_loop_test(t, test_destroy_and_device_removal_have_edges_wherever_they_can_occur, 0,
