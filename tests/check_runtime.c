@@ -10,6 +10,7 @@
 
 #include <qsm/ctx.h>
 #include <qsm/sim.h>
+#include <qsm/rdmacm.h>
 
 #include "fabric/fabric.h"
 
@@ -425,6 +426,8 @@ START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
 	ck_assert_int_eq(qsm_conn_ready(NULL), -EINVAL);
 	ck_assert_int_eq(qsm_conn_reject(NULL, NULL, 0), -EINVAL);
 	ck_assert_int_eq(qsm_conn_qp_state(q), -ENOENT);
+	ck_assert_int_eq(qsm_conn_verbs(q, &(struct qsm_verbs){ 0 }), -EOPNOTSUPP); /* the sim: no verbs */
+	ck_assert_int_eq(qsm_conn_verbs(q, NULL), -EINVAL);
 	ck_assert_int_eq(qsm_ctx_dispatch(NULL, 0), -EINVAL);
 	ck_assert_int_eq(qsm_ctx_fd(NULL), -EINVAL);
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);

@@ -25,6 +25,30 @@ struct qsm_fabric;
  */
 int qsm_rdmacm_fabric_new(struct qsm_fabric **ret);
 
+struct rdma_cm_id;
+struct ibv_qp;
+struct ibv_pd;
+struct qsm_conn;
+
+/* A queue's verbs objects, for what the API does not cover (qsm_conn_verbs(3)). */
+struct qsm_verbs {
+	struct rdma_cm_id *cm_id;   /* NULL in the states without one (IDLE, RECONNECT_WAIT, ...) */
+	struct ibv_qp *qp;          /* NULL without a QP */
+	struct ibv_pd *pd;          /* the device's PD, shared by every queue on the device */
+};
+
+/*
+ * The escape hatch.  Fills *out with what the queue has now; valid until the queue's next
+ * transition (a handler may use them until it returns; between dispatches, until the next
+ * qsm_ctx_dispatch()).  The library still owns them: never destroy, modify the state of,
+ * disconnect, migrate or ack anything through them; a work request posted on the QP directly
+ * bypasses the library's accounting and its completion reaches the class as any other (its
+ * wr_id must not collide with the queue's).  Returns 0; -EINVAL for a NULL argument;
+ * -ESTALE for a destroyed queue; -ENOENT when the queue has no cm_id now; -EOPNOTSUPP on a
+ * fabric without verbs (the sim).
+ */
+int qsm_conn_verbs(struct qsm_conn *q, struct qsm_verbs *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -171,6 +171,9 @@ struct qsm_fabric_ops {
 	int (*device_addr)(struct qsm_fdev *d, struct sockaddr_storage *ss);
 	/* The local address an id is bound or resolved to. */
 	int (*id_src_addr)(struct qsm_fid *id, struct sockaddr_storage *ss);
+	/* The verbs objects behind an id, for qsm_conn_verbs(3): what the backend has of
+	 * struct qsm_verbs (NULL where it has none).  NULL op: a fabric with no verbs (the sim). */
+	void (*id_verbs)(struct qsm_fid *id, void **cm_id, void **qp, void **pd);
 
 	/* ---- data path (see the contract above) ---- */
 	int (*reg_mr)(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,

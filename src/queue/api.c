@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <qsm/rdmacm.h>
+
 #include "argcheck.h"
 #include "runtime.h"
 
@@ -172,4 +174,20 @@ int qsm_conn_attempts(struct qsm_conn *q)
 {
 	qsm_check(q, -EINVAL);
 	return q->attempts > INT_MAX ? INT_MAX : (int)q->attempts;
+}
+
+int qsm_conn_verbs(struct qsm_conn *q, struct qsm_verbs *out)
+{
+	void *cm_id, *qp, *pd;
+
+	qsm_check(q && out, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
+	if (!q->ctx->ops->id_verbs)
+		return -EOPNOTSUPP;
+	if (!q->id)
+		return -ENOENT;
+	q->ctx->ops->id_verbs(q->id, &cm_id, &qp, &pd);
+	*out = (struct qsm_verbs){ .cm_id = cm_id, .qp = qp, .pd = pd };
+	return 0;
 }

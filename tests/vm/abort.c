@@ -14,13 +14,17 @@
  *                            QSM_ABORT_PORT (7473).
  * Exit 0 only if every check passed.  Needs a soft-RoCE device.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <qsm/qsm.h>
+#include <qsm/rdmacm.h>
 
 #include "common.h"
 
@@ -74,6 +78,23 @@ struct echo {
 static struct queue *u;
 static struct peer *peers;
 static unsigned n;
+static unsigned verbs_ok;          /* LIVE queues whose qsm_conn_verbs() objects checked out */
+
+/* The escape hatch in LIVE: the queue's own cm_id, its RTS QP on the device's PD. */
+static bool verbs_check(struct qsm_conn *q)
+{
+	struct qsm_verbs v;
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+
+	if (qsm_conn_verbs(q, &v) != 0 || !v.cm_id || !v.qp || !v.pd)
+		return false;
+	if (v.cm_id->qp != v.qp || v.qp->pd != v.pd)
+		return false;
+	if (ibv_query_qp(v.qp, &attr, IBV_QP_STATE, &init) || attr.qp_state != IBV_QPS_RTS)
+		return false;
+	return qsm_conn_verbs(NULL, &v) == -EINVAL;
+}
 
 /* Every client callback starts here: which queue (by pointer only), and was it already gone? */
 static struct queue *note(struct qsm_conn *q, const char *slot, int state)
@@ -126,6 +147,10 @@ static int c_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 			x->errors++;
 	} else if (ev->to == QSM_CM_LIVE) {
 		x->lives++;
+		if (verbs_check(q))
+			verbs_ok++;
+		else
+			x->errors++;
 		if (send_msg(q, x) < 0)
 			x->errors++;
 		if (x->role == ROLE_ABORT_LIVE)
@@ -517,6 +542,8 @@ int main(int argc, char **argv)
 		         "%u/%u others still LIVE, %d more messages each in %.3f s; errors: client %u, server %u",
 		         live, n_live, ROUNDS, t_more, errs, serrs);
 	}
+	vm_check(verbs_ok >= n_live, "qsm_conn_verbs: %u queues' cm_id, QP (RTS, ibv_query_qp) and PD checked in LIVE",
+		 verbs_ok);
 	printf("   rdma resources while %u queues are live:\n", n_live);
 	show_res("qp", "live");
 

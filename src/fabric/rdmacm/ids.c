@@ -237,6 +237,13 @@ struct qsm_fdev *qsm_rc_id_device(struct qsm_fid *id)
 	return id->dev;
 }
 
+void qsm_rc_id_verbs(struct qsm_fid *id, void **cm_id, void **qp, void **pd)
+{
+	*cm_id = id->cm;
+	*qp = qsm_rc_fid_has_qp(id) ? id->cm->qp : NULL;
+	*pd = id->dev && id->dev->pd ? id->dev->pd : NULL;
+}
+
 int qsm_rc_id_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss)
 {
 	struct sockaddr *sa;

@@ -127,6 +127,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.device_name = qsm_rc_device_name,
 	.device_addr = qsm_rc_device_addr,
 	.id_src_addr = qsm_rc_id_src_addr,
+	.id_verbs = qsm_rc_id_verbs,
 	.reg_mr = qsm_rc_reg_mr,
 	.dereg_mr = qsm_rc_dereg_mr,
 	.post_send = qsm_rc_post_send,

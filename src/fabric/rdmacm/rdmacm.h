@@ -200,6 +200,7 @@ int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len);
 int qsm_rc_reject(struct qsm_fid *id, const void *pdata, size_t len);
 int qsm_rc_disconnect(struct qsm_fid *id);
 struct qsm_fdev *qsm_rc_id_device(struct qsm_fid *id);
+void qsm_rc_id_verbs(struct qsm_fid *id, void **cm_id, void **qp, void **pd);
 int qsm_rc_id_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss);
 /* One rdma_cm event, copied and acked; 0, or -EAGAIN when there is none. */
 int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev);
