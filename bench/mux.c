@@ -1,0 +1,678 @@
+/* rdma-qsm benchmark baseline: the rdma_cm multiplexer a careful ULP author writes by hand,
+ * doing the work qsm does (FIFO, step timeouts, backoff with jitter, counters, stale ids). */
+#include <errno.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "instr.h"
+
+/*
+ * One event channel, one FIFO ring (run to completion: what a handler causes is queued, never
+ * recursed into), one `switch` per state, a step timeout per transient state in a lazy
+ * min-heap (re-armed on every state change, O(1)), exponential reconnect backoff with
+ * xorshift jitter, per-event counters, and a generation per connection that marks events of
+ * an id it let go of as stale.  What it does better than qsm today, as a good author would:
+ * the clock is read once per dispatch pass, the ring is a power of two (a mask, no modulo),
+ * and no eventfd is written for work queued and dispatched in the same pass.
+ */
+
+enum mux_state {
+	MUX_IDLE, MUX_ADDR, MUX_ROUTE, MUX_CONNECTING, MUX_CONNECTED, MUX_LIVE, MUX_DISCONNECTING,
+	MUX_DRAINING, MUX_CLOSING, MUX_WAIT, MUX_FAILED, MUX_CLOSED, MUX_NSTATES
+};
+enum mux_qp { MUX_QP_NONE, MUX_QP_INIT, MUX_QP_RTR, MUX_QP_RTS, MUX_QP_ERR };
+
+static const char *const mux_state_names[MUX_NSTATES] = {
+	"IDLE", "ADDR_RESOLVING", "ROUTE_RESOLVING", "CONNECTING", "CONNECTED", "LIVE",
+	"DISCONNECTING", "DRAINING", "CLOSING", "RECONNECT_WAIT", "FAILED", "CLOSED",
+};
+
+struct mux_timer {
+	uint64_t key_ns, deadline_ns;     /* lazy: key <= deadline, or the timer is disarmed */
+	uint32_t idx;                     /* in the heap, or UINT32_MAX */
+	int event;
+	bool armed;
+};
+
+struct mux_conn;
+
+struct mux_ulp {
+	int (*qp_ready)(struct mux_conn *c);
+	int (*connected)(struct mux_conn *c);
+	int (*live)(struct mux_conn *c);
+	void (*unexpected)(struct mux_conn *c, int event);
+};
+
+struct mux_policy {
+	uint32_t initial_delay_ms, max_delay_ms, multiplier_pct, jitter_pct, max_attempts;
+};
+
+struct mux;
+
+struct mux_conn {
+	struct mux *m;
+	const struct mux_ulp *ulp;
+	size_t index;
+	struct qsm_fid *id;
+	uint32_t gen;                     /* bumped on every id released */
+	uint32_t refs;                    /* events in the ring that point here */
+	uint8_t state, qp;
+	bool dead;
+	struct mux_timer timer;
+	struct mux_policy policy;
+	uint32_t attempts, next_delay_ms;
+	uint64_t lost_at_ns;
+	uint32_t timeout_ms[MUX_NSTATES]; /* per-state step timeouts, 0 = none */
+};
+
+struct mux_event {
+	struct mux_conn *c;
+	struct qsm_fid *id;               /* the id it came on; NULL for the mux's own */
+	uint32_t gen;
+	int event, status;
+	size_t pdata_len;
+	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
+};
+
+struct mux_counters {
+	uint64_t events[QSM_EV_LIMIT];
+	uint64_t fabric_events, popped, dispatched, transitions, unexpected, dropped, reconnects;
+	uint64_t action_errors;
+};
+
+struct mux {
+	struct qsm_fabric *fabric;
+	const struct qsm_fabric_ops *ops;
+	struct mux_event *ring;
+	size_t head, len, cap;            /* cap: a power of two */
+	struct mux_conn **heap;
+	uint32_t heap_len, heap_cap;
+	uint64_t now;                     /* read once per pass */
+	int timerfd;
+	uint64_t timerfd_at;
+	uint64_t rng;
+	struct mux_counters cnt;
+	void (*trace)(struct mux_conn *c, int from, int event, int to);
+};
+
+/* ---- the ring ---- */
+
+static struct mux_event *mux_push(struct mux *m, struct mux_conn *c, int event, int status)
+{
+	struct mux_event *e;
+
+	if (m->len == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 64;
+		struct mux_event *n = malloc(cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		for (size_t i = 0; i < m->len; i++)
+			n[i] = m->ring[(m->head + i) & (m->cap - 1)];
+		free(m->ring);
+		m->ring = n;
+		m->cap = cap;
+		m->head = 0;
+	}
+	e = &m->ring[(m->head + m->len++) & (m->cap - 1)];
+	e->c = c;
+	e->id = NULL;
+	e->gen = c->gen;
+	e->event = event;
+	e->status = status;
+	e->pdata_len = 0;
+	c->refs++;
+	return e;
+}
+
+static void mux_put(struct mux_conn *c)
+{
+	if (!--c->refs && c->state == MUX_CLOSED)
+		free(c);
+}
+
+/* ---- timers: a lazy binary min-heap, as any event loop keeps ---- */
+
+static void heap_swap(struct mux *m, uint32_t a, uint32_t b)
+{
+	struct mux_conn *t = m->heap[a];
+
+	m->heap[a] = m->heap[b];
+	m->heap[b] = t;
+	m->heap[a]->timer.idx = a;
+	m->heap[b]->timer.idx = b;
+}
+
+static void heap_up(struct mux *m, uint32_t i)
+{
+	while (i && m->heap[(i - 1) / 2]->timer.key_ns > m->heap[i]->timer.key_ns) {
+		heap_swap(m, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_down(struct mux *m, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, s = i;
+
+		if (l < m->heap_len && m->heap[l]->timer.key_ns < m->heap[s]->timer.key_ns)
+			s = l;
+		if (r < m->heap_len && m->heap[r]->timer.key_ns < m->heap[s]->timer.key_ns)
+			s = r;
+		if (s == i)
+			return;
+		heap_swap(m, i, s);
+		i = s;
+	}
+}
+
+static void timer_remove(struct mux *m, struct mux_conn *c)
+{
+	uint32_t i = c->timer.idx;
+
+	c->timer.armed = false;
+	if (i == UINT32_MAX)
+		return;
+	c->timer.idx = UINT32_MAX;
+	if (i == --m->heap_len)
+		return;
+	m->heap[i] = m->heap[m->heap_len];
+	m->heap[i]->timer.idx = i;
+	heap_up(m, i);
+	heap_down(m, m->heap[i]->timer.idx);
+}
+
+static void timer_arm(struct mux *m, struct mux_conn *c, int event, uint64_t delay_ms)
+{
+	struct mux_timer *t = &c->timer;
+	uint64_t deadline = m->now + delay_ms * 1000000ull;
+
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
+	if (t->idx != UINT32_MAX) {
+		if (deadline < t->key_ns) {
+			t->key_ns = deadline;
+			heap_up(m, t->idx);
+		}
+		return;
+	}
+	if (m->heap_len == m->heap_cap) {
+		uint32_t cap = m->heap_cap ? m->heap_cap * 2 : 64;
+		struct mux_conn **n = realloc(m->heap, cap * sizeof(*n));
+
+		if (!n)
+			abort();
+		m->heap = n;
+		m->heap_cap = cap;
+	}
+	t->key_ns = deadline;
+	t->idx = m->heap_len;
+	m->heap[m->heap_len++] = c;
+	heap_up(m, t->idx);
+}
+
+static void timers_fire(struct mux *m)
+{
+	while (m->heap_len && m->heap[0]->timer.key_ns <= m->now) {
+		struct mux_conn *c = m->heap[0];
+		struct mux_timer *t = &c->timer;
+		bool due;
+
+		if (t->armed && t->key_ns < t->deadline_ns) {
+			t->key_ns = t->deadline_ns;
+			heap_down(m, 0);
+			continue;
+		}
+		due = t->armed;
+		timer_remove(m, c);
+		if (due)
+			mux_push(m, c, t->event, 0);
+	}
+}
+
+static void timerfd_rearm(struct mux *m)
+{
+	uint64_t want = m->heap_len ? m->heap[0]->timer.key_ns : 0;
+	struct itimerspec its = { { 0, 0 }, { (time_t)(want / 1000000000ull), (long)(want % 1000000000ull) } };
+
+	if (want == m->timerfd_at)
+		return;
+	if (timerfd_settime(m->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		m->timerfd_at = want;
+}
+
+/* ---- actions ---- */
+
+static void release_id(struct mux_conn *c)
+{
+	if (!c->id)
+		return;
+	c->m->ops->destroy_id(c->id);
+	c->id = NULL;
+	c->gen++;
+	c->qp = MUX_QP_NONE;
+}
+
+/* A call that failed is handled as the event its asynchronous failure would be. */
+static void feed_back(struct mux_conn *c, int r, int event)
+{
+	if (r >= 0)
+		return;
+	c->m->cnt.action_errors++;
+	mux_push(c->m, c, event, r);
+}
+
+static uint64_t backoff(struct mux_conn *c)
+{
+	const struct mux_policy *p = &c->policy;
+	uint64_t d = c->next_delay_ms ? c->next_delay_ms : p->initial_delay_ms, n;
+
+	if (d > p->max_delay_ms)
+		d = p->max_delay_ms;
+	n = d * p->multiplier_pct / 100;
+	c->next_delay_ms = (uint32_t)(n > p->max_delay_ms ? p->max_delay_ms : n);
+	if (p->jitter_pct && d) {
+		uint64_t span = d * p->jitter_pct / 100;
+		struct mux *m = c->m;
+
+		m->rng ^= m->rng << 13;
+		m->rng ^= m->rng >> 7;
+		m->rng ^= m->rng << 17;
+		if (span)
+			d = d - span + m->rng % (2 * span + 1);
+	}
+	return d;
+}
+
+static void arm_retry(struct mux_conn *c)
+{
+	c->attempts++;
+	if (!c->lost_at_ns)
+		c->lost_at_ns = c->m->now;
+	if (c->policy.max_attempts && c->attempts >= c->policy.max_attempts)
+		mux_push(c->m, c, QSM_EV_GIVE_UP, 0);
+	else
+		timer_arm(c->m, c, QSM_EV_RETRY, backoff(c));
+}
+
+static void resolve_addr(struct mux_conn *c)
+{
+	const struct qsm_fabric_ops *ops = c->m->ops;
+	int r;
+
+	release_id(c);
+	r = ops->create_id(c->m->fabric, c, &c->id);
+	if (r < 0)
+		c->id = NULL;
+	else
+		r = ops->resolve_addr(c->id, NULL, NULL, 2000);
+	feed_back(c, r, QSM_EV_ADDR_ERROR);
+}
+
+static void start_drain(struct mux_conn *c)
+{
+	c->m->ops->disconnect(c->id); /* the peer may be gone already: drain anyway */
+	feed_back(c, c->qp != MUX_QP_NONE ? c->m->ops->drain(c->id) : -ENOENT, QSM_EV_DRAINED);
+	c->qp = MUX_QP_ERR;
+}
+
+static void mux_close(struct mux_conn *c)
+{
+	timer_remove(c->m, c);
+	release_id(c);
+	c->dead = true;
+	c->state = MUX_CLOSED;
+}
+
+/* A handler returned non-zero: the connection goes, and no callback for it ever again. */
+static void refused(struct mux_conn *c, int r)
+{
+	if (r)
+		mux_close(c);
+}
+
+/* A state change: the old step timeout is void (lazily), the new state's is armed. */
+static void to(struct mux_conn *c, int event, enum mux_state s)
+{
+	struct mux *m = c->m;
+	int from = c->state;
+
+	m->cnt.transitions++;
+	if (m->trace)
+		m->trace(c, from, event, s);
+	if (from == (int)s)
+		return;
+	c->timer.armed = false;
+	c->state = (uint8_t)s;
+	if (c->timeout_ms[s])
+		timer_arm(m, c, QSM_EV_TIMEOUT, c->timeout_ms[s]);
+}
+
+static void unexpected(struct mux_conn *c, int event)
+{
+	c->m->cnt.unexpected++;
+	if (c->m->trace)
+		c->m->trace(c, c->state, event, -1);
+	if (c->ulp->unexpected)
+		c->ulp->unexpected(c, event);
+}
+
+static bool is_lost(int e)
+{
+	return e == QSM_EV_DISCONNECTED || e == QSM_EV_ADDR_CHANGE || e == QSM_EV_QP_FATAL ||
+	       e == QSM_EV_WC_ERROR;
+}
+
+/* The ULP says its handshake is done: CONNECTED -> LIVE, queued like any event. */
+static int mux_ready(struct mux_conn *c)
+{
+	if (c->dead)
+		return -ESTALE;
+	if (c->state != MUX_CONNECTED)
+		return -ENOMSG;
+	return mux_push(c->m, c, QSM_EV_READY, 0) ? 0 : -ENOMEM;
+}
+
+/* The rdma_cm event handler: switch on the state, then on the event. */
+static void handle(struct mux_conn *c, const struct mux_event *ev)
+{
+	const struct qsm_fabric_ops *ops = c->m->ops;
+	int e = ev->event;
+
+	if (e == QSM_EV_DESTROY) {
+		mux_close(c);
+		return;
+	}
+	switch (c->state) {
+	case MUX_IDLE:
+		if (e != QSM_EV_CONNECT)
+			break;
+		to(c, e, MUX_ADDR);
+		resolve_addr(c);
+		return;
+	case MUX_ADDR:
+		if (e == QSM_EV_ADDR_RESOLVED) {
+			to(c, e, MUX_ROUTE);
+			ops->id_device(c->id); /* the device registry would look here */
+			feed_back(c, ops->resolve_route(c->id, 2000), QSM_EV_ROUTE_ERROR);
+			return;
+		}
+		if (e == QSM_EV_ADDR_ERROR || e == QSM_EV_ADDR_CHANGE || e == QSM_EV_TIMEOUT)
+			goto retry;
+		break;
+	case MUX_ROUTE:
+		if (e == QSM_EV_ROUTE_RESOLVED) {
+			int r;
+
+			to(c, e, MUX_CONNECTING);
+			r = ops->create_qp(c->id, &(struct qsm_fabric_qp_attr){ 64, 64, 1, 1, 0 });
+			if (r == 0) {
+				c->qp = MUX_QP_INIT;
+				if (c->ulp->qp_ready && c->ulp->qp_ready(c)) {
+					refused(c, 1);
+					return;
+				}
+				r = ops->connect(c->id, NULL, 0);
+			}
+			feed_back(c, r, QSM_EV_CONNECT_ERROR);
+			return;
+		}
+		if (e == QSM_EV_ROUTE_ERROR || e == QSM_EV_ADDR_CHANGE || e == QSM_EV_TIMEOUT)
+			goto retry;
+		break;
+	case MUX_CONNECTING:
+		if (e == QSM_EV_ESTABLISHED) {
+			c->qp = MUX_QP_RTS;
+			c->attempts = 0;
+			c->next_delay_ms = 0;
+			c->lost_at_ns = 0;
+			to(c, e, MUX_CONNECTED);
+			refused(c, c->ulp->connected(c));
+			return;
+		}
+		if (e == QSM_EV_REJECTED || e == QSM_EV_UNREACHABLE || e == QSM_EV_CONNECT_ERROR ||
+		    e == QSM_EV_ADDR_CHANGE || e == QSM_EV_QP_FATAL || e == QSM_EV_TIMEOUT)
+			goto retry;
+		break;
+	case MUX_CONNECTED:
+		if (e == QSM_EV_READY) {
+			to(c, e, MUX_LIVE);
+			refused(c, c->ulp->live(c));
+			return;
+		}
+		/* what is not READY, CONNECTED takes as LIVE does */
+		/* fall through */
+	case MUX_LIVE:
+		if (is_lost(e) || (e == QSM_EV_TIMEOUT && c->state == MUX_CONNECTED)) {
+			if (!c->lost_at_ns)
+				c->lost_at_ns = c->m->now;
+			to(c, e, MUX_DRAINING);
+			start_drain(c);
+			return;
+		}
+		if (e == QSM_EV_DISCONNECT) {
+			to(c, e, MUX_DISCONNECTING);
+			feed_back(c, ops->disconnect(c->id), QSM_EV_DISCONNECTED);
+			c->qp = MUX_QP_ERR;
+			return;
+		}
+		break;
+	case MUX_DISCONNECTING:
+		if (e == QSM_EV_DISCONNECTED || e == QSM_EV_QP_FATAL || e == QSM_EV_TIMEOUT) {
+			to(c, e, MUX_CLOSING);
+			start_drain(c);
+			return;
+		}
+		if (e == QSM_EV_DISCONNECT)
+			return;
+		break;
+	case MUX_DRAINING:
+		if (e == QSM_EV_DRAINED || e == QSM_EV_TIMEOUT) {
+			release_id(c);
+			to(c, e, MUX_WAIT);
+			arm_retry(c);
+			return;
+		}
+		if (is_lost(e) || e == QSM_EV_TIMEWAIT_EXIT) {
+			to(c, e, MUX_DRAINING);
+			return;
+		}
+		if (e == QSM_EV_DISCONNECT) {
+			to(c, e, MUX_CLOSING);
+			return;
+		}
+		break;
+	case MUX_CLOSING:
+		if (e == QSM_EV_DRAINED || e == QSM_EV_TIMEOUT) {
+			mux_close(c);
+			return;
+		}
+		if (is_lost(e) || e == QSM_EV_TIMEWAIT_EXIT || e == QSM_EV_DISCONNECT)
+			return;
+		break;
+	case MUX_WAIT:
+		if (e == QSM_EV_RETRY || e == QSM_EV_CONNECT) {
+			c->m->cnt.reconnects++;
+			to(c, e, MUX_ADDR);
+			resolve_addr(c);
+			return;
+		}
+		if (e == QSM_EV_GIVE_UP) {
+			to(c, e, MUX_FAILED);
+			return;
+		}
+		break;
+	}
+	unexpected(c, e);
+	return;
+retry:
+	release_id(c);
+	to(c, e, MUX_WAIT);
+	arm_retry(c);
+}
+
+/* ---- the loop ---- */
+
+static int take_event(struct mux *m)
+{
+	struct qsm_fabric_event fev;
+	struct mux_event *ev;
+	struct mux_conn *c;
+
+	if (m->ops->get_event(m->fabric, &fev) < 0)
+		return -EAGAIN;
+	m->cnt.fabric_events++;
+	c = fev.owner;
+	if (!c)
+		return 0;
+	ev = mux_push(m, c, fev.event, fev.status);
+	if (!ev)
+		return -ENOMEM;
+	ev->id = fev.id;
+	ev->pdata_len = fev.private_data_len > sizeof(ev->pdata) ? sizeof(ev->pdata) : fev.private_data_len;
+	memcpy(ev->pdata, fev.private_data, ev->pdata_len);
+	return 0;
+}
+
+static int mux_dispatch(struct mux *m, unsigned int budget)
+{
+	unsigned int n = 0;
+
+	m->now = now_ns();
+	timers_fire(m);
+	while (n < budget) {
+		struct mux_event ev;
+		const struct mux_event *h;
+
+		if (!m->len && take_event(m) < 0)
+			break;
+		if (!m->len)
+			continue;
+		h = &m->ring[m->head];
+		memcpy(&ev, h, offsetof(struct mux_event, pdata) + h->pdata_len);
+		m->head = (m->head + 1) & (m->cap - 1);
+		m->len--;
+		m->cnt.popped++;
+		if (ev.c->dead || (ev.id && ev.gen != ev.c->gen)) {
+			m->cnt.dropped++;
+		} else {
+			m->cnt.dispatched++;
+			m->cnt.events[ev.event]++;
+			handle(ev.c, &ev);
+		}
+		mux_put(ev.c);
+		n++;
+	}
+	timerfd_rearm(m);
+	return (int)n;
+}
+
+/* ---- the ULP on the baseline: the same handler work as on qsm ---- */
+
+static int ulp_connected(struct mux_conn *c)
+{
+	ulp_handler_calls++;
+	return mux_ready(c);
+}
+
+static int ulp_live(struct mux_conn *c)
+{
+	(void)c;
+	ulp_handler_calls++;
+	return 0;
+}
+
+static const struct mux_ulp bench_ulp = { .connected = ulp_connected, .live = ulp_live };
+
+/* As QSM_TRACE does for qsm: one line per transition or unexpected event (to -1). */
+static void trace_stderr(struct mux_conn *c, int from, int event, int to_state)
+{
+	fprintf(stderr, "mux: conn %zu %s --%s--> %s\n", c->index, mux_state_names[from],
+		qsm_event_name(event), to_state < 0 ? "(unexpected)" : mux_state_names[to_state]);
+}
+
+static size_t mux_index_of(void *owner)
+{
+	return ((struct mux_conn *)owner)->index;
+}
+
+struct result run_mux(size_t nqueues, uint64_t events, int instr)
+{
+	struct bench_fabric *b = bench_fabric_new(nqueues, mux_index_of);
+	struct mux m = { .fabric = &b->f, .ops = b->f.ops, .rng = 0x9e3779b97f4a7c15ull };
+	struct mux_conn **cs = malloc(nqueues * sizeof(*cs));
+	struct mallinfo2 m0, m1;
+	struct result r;
+	uint64_t t0, t1, before;
+
+	const char *trace = getenv("BENCH_MUX_TRACE");
+
+	if (trace && *trace)
+		m.trace = trace_stderr;
+	m.timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (!cs || m.timerfd < 0)
+		abort();
+	m0 = mallinfo2();
+	for (size_t i = 0; i < nqueues; i++) {
+		struct mux_conn *c = calloc(1, sizeof(*c));
+
+		if (!c)
+			abort();
+		*c = (struct mux_conn){
+			.m = &m, .ulp = &bench_ulp, .index = i, .state = MUX_IDLE,
+			.timer = { .idx = UINT32_MAX },
+			.policy = { .initial_delay_ms = 3600000, .max_delay_ms = 3600000,
+				    .multiplier_pct = 200, .jitter_pct = 10 },
+			.timeout_ms = { [MUX_ADDR] = 3600000 + 1000, [MUX_ROUTE] = 3600000 + 1000,
+					[MUX_CONNECTING] = 3600000, [MUX_DISCONNECTING] = 2000,
+					[MUX_DRAINING] = 3600000, [MUX_CLOSING] = 3600000 },
+		};
+		cs[i] = c;
+		b->ids[i].owner = c;
+	}
+	m1 = mallinfo2();
+	for (size_t i = 0; i < nqueues; i++)
+		mux_push(&m, cs[i], QSM_EV_CONNECT, 0);
+	while (mux_dispatch(&m, 4096) > 0) {
+	}
+	b->s = (struct stream){ .nqueues = nqueues, .next = 0, .end = events };
+	before = m.cnt.dispatched;
+	if (instr)
+		CALLGRIND_START_INSTRUMENTATION;
+	t0 = now_ns();
+	while (mux_dispatch(&m, 4096) > 0) {
+	}
+	t1 = now_ns();
+	if (instr)
+		CALLGRIND_STOP_INSTRUMENTATION;
+	if (m.cnt.unexpected || m.cnt.dropped)
+		fprintf(stderr, "mux: %llu unexpected, %llu dropped events\n",
+			(unsigned long long)m.cnt.unexpected, (unsigned long long)m.cnt.dropped);
+	r.events = m.cnt.dispatched - before;
+	if (getenv("BENCH_DEBUG"))
+		fprintf(stderr, "mux: %zu queues: %llu events, %.3f s, popped %llu dropped %llu "
+			"reconnects %llu\n", nqueues, (unsigned long long)r.events, (double)(t1 - t0) / 1e9,
+			(unsigned long long)m.cnt.popped, (unsigned long long)m.cnt.dropped,
+			(unsigned long long)m.cnt.reconnects);
+	r.ns_per_event = r.events ? (double)(t1 - t0) / (double)r.events : 0;
+	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
+	for (size_t i = 0; i < nqueues; i++) {
+		mux_close(cs[i]);
+		if (!cs[i]->refs)
+			free(cs[i]);
+	}
+	free(cs);
+	free(m.ring);
+	free(m.heap);
+	close(m.timerfd);
+	b->f.ops->destroy(&b->f);
+	return r;
+}
