@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,32 +37,15 @@ int stream_next(struct stream *s, size_t *queue, int *event)
 	return 0;
 }
 
-/* ---- a fabric that only replays the stream; every call succeeds and costs nothing ---- */
+/* ---- the fabric replays the stream; every other call succeeds and costs nothing ---- */
 
-static struct bench_fabric *bf_of(struct qsm_fabric *f)
-{
-	return (struct bench_fabric *)f;
-}
-
-static void bf_destroy(struct qsm_fabric *f)
-{
-	close(bf_of(f)->fd);
-	free(bf_of(f)->ids);
-	free(f);
-}
-
-static int bf_fd(struct qsm_fabric *f)
-{
-	return bf_of(f)->fd;
-}
-
-static int bf_get_event(struct qsm_fabric *f, struct qsm_fabric_event *ev)
+static int replay_get_event(struct qsm_fabric *f, struct qsm_fabric_event *ev)
 {
 	struct bench_fabric *b = bf_of(f);
 	size_t q;
 	int e;
 
-	if (stream_next(&b->s, &q, &e) < 0)
+	if (stream_next(b->source, &q, &e) < 0)
 		return -EAGAIN;
 	ev->event = e;
 	ev->status = 0;
@@ -74,72 +56,22 @@ static int bf_get_event(struct qsm_fabric *f, struct qsm_fabric_event *ev)
 	return 0;
 }
 
-/* Queue i owns ids[i]; the side under test says which i an owner is. */
-static int bf_create_id(struct qsm_fabric *f, void *owner, struct qsm_fid **ret)
-{
-	struct bench_fabric *b = bf_of(f);
-	size_t i = b->index_of(owner);
+static struct qsm_fabric_ops replay_ops;
 
-	if (i >= b->nids)
-		return -ENOENT;
-	*ret = &b->ids[i];
-	return 0;
+/* bench_noop_ops with the stream's get_event; before the first fabric */
+static void replay_ops_init(void)
+{
+	replay_ops = bench_noop_ops;
+	replay_ops.name = "replay";
+	replay_ops.get_event = replay_get_event;
 }
 
-static int ok_id(struct qsm_fid *id) { (void)id; return 0; }
-static void noop_id(struct qsm_fid *id) { (void)id; }
-static void bf_set_owner(struct qsm_fid *id, void *owner) { id->owner = owner; }
-static int bf_bind(struct qsm_fid *id, const struct sockaddr *a) { (void)id; (void)a; return 0; }
-static int bf_listen(struct qsm_fid *id, int b) { (void)id; (void)b; return 0; }
-static int bf_resolve_addr(struct qsm_fid *id, const struct sockaddr *s, const struct sockaddr *d, int t)
+struct bench_fabric *replay_fabric_new(size_t nqueues, size_t (*index_of)(void *owner), struct stream *s)
 {
-	(void)id; (void)s; (void)d; (void)t;
-	return 0;
-}
-static int bf_resolve_route(struct qsm_fid *id, int t) { (void)id; (void)t; return 0; }
-static int bf_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a) { (void)id; (void)a; return 0; }
-static int bf_pdata(struct qsm_fid *id, const void *p, size_t l) { (void)id; (void)p; (void)l; return 0; }
-static struct qsm_fdev *bf_id_device(struct qsm_fid *id) { (void)id; return NULL; }
-static void bf_dev(struct qsm_fdev *d) { (void)d; }
-static const char *bf_dev_name(struct qsm_fdev *d) { (void)d; return "bench"; }
-static int bf_dev_addr(struct qsm_fdev *d, struct sockaddr_storage *ss) { (void)d; (void)ss; return -ENOENT; }
-static int bf_src_addr(struct qsm_fid *id, struct sockaddr_storage *ss) { (void)id; (void)ss; return -ENOENT; }
-
-const struct qsm_fabric_ops bench_ops = {
-	.name = "bench", .destroy = bf_destroy, .fd = bf_fd, .get_event = bf_get_event,
-	.create_id = bf_create_id, .set_owner = bf_set_owner, .destroy_id = noop_id, .bind = bf_bind,
-	.listen = bf_listen, .resolve_addr = bf_resolve_addr, .resolve_route = bf_resolve_route,
-	.create_qp = bf_create_qp, .destroy_qp = noop_id, .connect = bf_pdata, .accept = bf_pdata,
-	.reject = bf_pdata, .disconnect = ok_id, .drain = ok_id, .id_device = bf_id_device,
-	.device_get = bf_dev, .device_put = bf_dev, .device_name = bf_dev_name,
-	.device_addr = bf_dev_addr, .id_src_addr = bf_src_addr,
-};
-
-struct bench_fabric *bench_fabric_new(size_t nqueues, size_t (*index_of)(void *owner))
-{
-	struct bench_fabric *b = calloc(1, sizeof(*b));
-
-	if (!b)
-		abort();
-	b->f.ops = &bench_ops;
-	b->fd = eventfd(1, EFD_NONBLOCK);
-	b->ids = calloc(nqueues, sizeof(*b->ids));
-	b->nids = nqueues;
-	b->index_of = index_of;
-	if (b->fd < 0 || !b->ids)
-		abort();
-	return b;
+	return bench_fabric_new(nqueues, index_of, &replay_ops, s);
 }
 
 /* ---- the library under test ---- */
-
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t ulp_handler_calls;
 
@@ -175,14 +107,15 @@ static size_t qsm_index_of(void *owner)
 
 static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
 {
-	struct bench_fabric *b = bench_fabric_new(nqueues, qsm_index_of);
+	struct stream s = { .nqueues = nqueues };
+	struct bench_fabric *b = replay_fabric_new(nqueues, qsm_index_of, &s);
 	struct qsm_ctx *ctx;
 	struct qsm_conn **qs = malloc(nqueues * sizeof(*qs));
 	struct sockaddr_in dst = { .sin_family = AF_INET };
 	struct qsm_counters c;
 	struct mallinfo2 m0, m1;
 	struct result r;
-	uint64_t t0, t1;
+	uint64_t t0, ns;
 	int n;
 
 	if (qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = &b->f }, &ctx) < 0)
@@ -205,24 +138,20 @@ static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
 		qsm_conn_connect(qs[i]);
 	while ((n = qsm_ctx_dispatch(ctx, 4096)) > 0) {
 	}
-	b->s = (struct stream){ .nqueues = nqueues, .next = 0, .end = events };
+	s.end = events;
 	qsm_ctx_counters(ctx, &c);
 	r.events = c.dispatched;
-	if (instr)
-		CALLGRIND_START_INSTRUMENTATION;
-	t0 = now_ns();
+	t0 = measure_start(instr);
 	while (qsm_ctx_dispatch(ctx, 4096) > 0) {
 	}
-	t1 = now_ns();
-	if (instr)
-		CALLGRIND_STOP_INSTRUMENTATION;
+	ns = measure_stop(instr, t0);
 	qsm_ctx_counters(ctx, &c);
 	if (c.unexpected)
 		fprintf(stderr, "bench: %llu unexpected events\n", (unsigned long long)c.unexpected);
 	r.events = c.dispatched - r.events;
 	if (getenv("BENCH_DEBUG"))
-		fprintf(stderr, "qsm: %zu queues: %llu events, %.3f s, popped %llu dropped %llu\n", nqueues, (unsigned long long)r.events, (double)(t1 - t0) / 1e9, (unsigned long long)c.popped, (unsigned long long)c.dropped);
-	r.ns_per_event = r.events ? (double)(t1 - t0) / (double)r.events : 0;
+		fprintf(stderr, "qsm: %zu queues: %llu events, %.3f s, popped %llu dropped %llu\n", nqueues, (unsigned long long)r.events, (double)ns / 1e9, (unsigned long long)c.popped, (unsigned long long)c.dropped);
+	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
 	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
 	qsm_ctx_free(ctx);
 	free(qs);
@@ -259,7 +188,7 @@ static int sw_live(struct sw_conn *c)
 }
 
 /* The same no-op fabric calls qsm makes, so both sides do the same work on the fabric. */
-static const struct qsm_fabric_ops *volatile sw_ops = &bench_ops; /* a real indirect call */
+static const struct qsm_fabric_ops *volatile sw_ops = &replay_ops; /* a real indirect call */
 static const struct qsm_fabric_qp_attr sw_qp = { 64, 64, 1, 1, 0 };
 
 /* The rdma_cm event handler everyone writes: switch on the event, then on the state. */
@@ -335,7 +264,7 @@ static struct result run_switch(size_t nqueues, uint64_t events, int instr)
 	struct stream s = { .nqueues = nqueues, .end = events };
 	struct mallinfo2 m0, m1;
 	struct result r;
-	uint64_t t0, t1, n = 0, unexpected = 0;
+	uint64_t t0, ns, n = 0, unexpected = 0;
 	size_t q;
 	int e;
 
@@ -345,23 +274,19 @@ static struct result run_switch(size_t nqueues, uint64_t events, int instr)
 	for (size_t i = 0; i < nqueues; i++)
 		cs[i] = (struct sw_conn){ .state = SW_ADDR, .on_connected = sw_connected, .on_live = sw_live,
 					  .cm_id = (struct qsm_fid *)&cs[i] };
-	if (instr)
-		CALLGRIND_START_INSTRUMENTATION;
-	t0 = now_ns();
+	t0 = measure_start(instr);
 	while (sw_get_event(&s, &q, &e) == 0) {
 		sw_handle(&cs[q], e);
 		n++;
 	}
-	t1 = now_ns();
-	if (instr)
-		CALLGRIND_STOP_INSTRUMENTATION;
+	ns = measure_stop(instr, t0);
 	for (size_t i = 0; i < nqueues; i++)
 		unexpected += cs[i].unexpected;
 	if (unexpected)
 		fprintf(stderr, "baseline: %llu unexpected events\n", (unsigned long long)unexpected);
 	/* the baseline's READY costs nothing: count it as qsm counts its dispatch */
 	r.events = n + n / CYCLE_LEN;
-	r.ns_per_event = r.events ? (double)(t1 - t0) / (double)r.events : 0;
+	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
 	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
 	free(cs);
 	return r;
@@ -430,6 +355,7 @@ int main(int argc, char **argv)
 	uint64_t total = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
 	double ratio[NSIZES][NSIDES];
 
+	replay_ops_init();
 	if (argc == 5 && !strcmp(argv[1], BENCH_INSTR_ARG))
 		return instr_child(argv);
 	printf("rdma-qsm dispatch benchmark: ctx -> machine -> handler, against a same-work\n"

@@ -16,6 +16,26 @@
 #define CALLGRIND_STOP_INSTRUMENTATION do { } while (0)
 #endif
 
+uint64_t now_ns(void);
+
+/* Around a measured loop: the clock, and callgrind's instrumentation in a counting child. */
+static inline uint64_t measure_start(int instr)
+{
+	if (instr)
+		CALLGRIND_START_INSTRUMENTATION;
+	return now_ns();
+}
+
+/* ns since measure_start() */
+static inline uint64_t measure_stop(int instr, uint64_t t0)
+{
+	uint64_t t1 = now_ns();
+
+	if (instr)
+		CALLGRIND_STOP_INSTRUMENTATION;
+	return t1 - t0;
+}
+
 /* The child's first argument: `self --instr SIDE SIZE EVENTS` runs one side, then exits. */
 #define BENCH_INSTR_ARG "--instr"
 

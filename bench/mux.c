@@ -606,12 +606,13 @@ static size_t mux_index_of(void *owner)
 
 struct result run_mux(size_t nqueues, uint64_t events, int instr)
 {
-	struct bench_fabric *b = bench_fabric_new(nqueues, mux_index_of);
+	struct stream s = { .nqueues = nqueues };
+	struct bench_fabric *b = replay_fabric_new(nqueues, mux_index_of, &s);
 	struct mux m = { .fabric = &b->f, .ops = b->f.ops, .rng = 0x9e3779b97f4a7c15ull };
 	struct mux_conn **cs = malloc(nqueues * sizeof(*cs));
 	struct mallinfo2 m0, m1;
 	struct result r;
-	uint64_t t0, t1, before;
+	uint64_t t0, ns, before;
 
 	const char *trace = getenv("BENCH_MUX_TRACE");
 
@@ -643,26 +644,22 @@ struct result run_mux(size_t nqueues, uint64_t events, int instr)
 		mux_push(&m, cs[i], QSM_EV_CONNECT, 0);
 	while (mux_dispatch(&m, 4096) > 0) {
 	}
-	b->s = (struct stream){ .nqueues = nqueues, .next = 0, .end = events };
+	s.end = events;
 	before = m.cnt.dispatched;
-	if (instr)
-		CALLGRIND_START_INSTRUMENTATION;
-	t0 = now_ns();
+	t0 = measure_start(instr);
 	while (mux_dispatch(&m, 4096) > 0) {
 	}
-	t1 = now_ns();
-	if (instr)
-		CALLGRIND_STOP_INSTRUMENTATION;
+	ns = measure_stop(instr, t0);
 	if (m.cnt.unexpected || m.cnt.dropped)
 		fprintf(stderr, "mux: %llu unexpected, %llu dropped events\n",
 			(unsigned long long)m.cnt.unexpected, (unsigned long long)m.cnt.dropped);
 	r.events = m.cnt.dispatched - before;
 	if (getenv("BENCH_DEBUG"))
 		fprintf(stderr, "mux: %zu queues: %llu events, %.3f s, popped %llu dropped %llu "
-			"reconnects %llu\n", nqueues, (unsigned long long)r.events, (double)(t1 - t0) / 1e9,
+			"reconnects %llu\n", nqueues, (unsigned long long)r.events, (double)ns / 1e9,
 			(unsigned long long)m.cnt.popped, (unsigned long long)m.cnt.dropped,
 			(unsigned long long)m.cnt.reconnects);
-	r.ns_per_event = r.events ? (double)(t1 - t0) / (double)r.events : 0;
+	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
 	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
 	for (size_t i = 0; i < nqueues; i++) {
 		mux_close(cs[i]);
