@@ -1,4 +1,4 @@
-/* rdma-qsm: the devices of the rdmacm fabric: one object per RDMA device, its PD and shared CQ,
+/* rdma-qsm: the devices of the rdmacm fabric: one object per RDMA device, its PD and pool of CQs,
  * its async events, and the device list polled for DEVICE_ADDED. */
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -10,7 +10,7 @@
 #include "addr.h"
 #include "fabric/rdmacm/rdmacm.h"
 
-#define CQ_INITIAL 1024           /* entries of a device's shared CQ; resized as QPs come */
+#define CQ_INITIAL 1024           /* entries of a new CQ of a pool; resized as QPs come */
 
 static bool dev_match(const struct qsm_fdev *d, int index, uint64_t guid, const char *name)
 {
@@ -52,6 +52,7 @@ static struct qsm_fdev *dev_new(struct rc_fabric *f, struct ibv_device *ibdev)
 	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ibdev));
 	d->present = true;
 	qsm_list_init(&d->vnode);
+	qsm_list_init(&d->cqs);
 	for (int i = 0; i < QP_BUCKETS; i++)
 		qsm_list_init(&d->qps[i]);
 	qsm_list_add_tail(&f->devs, &d->node);
@@ -86,19 +87,156 @@ void qsm_rc_fid_attach(struct qsm_fid *id)
 	id->vc = qsm_rc_vctx_get(id->cm->verbs, id->cm);
 }
 
+/* ---- the CQ pool ---- */
+
+/* Never blocks: ibv_destroy_cq waits only for events read and not acked, and those are acked
+ * here; the kernel discards the ones still unread in the channel. */
+static void cq_free(struct qsm_fdev *d, struct rc_cq *c)
+{
+	if (c->events)
+		ibv_ack_cq_events(c->cq, c->events);
+	ibv_destroy_cq(c->cq);
+	qsm_list_del(&c->node);
+	d->ncqs--;
+	d->fab->cq_freed++;
+	free(c);
+}
+
+static struct rc_cq *cq_new(struct qsm_fdev *d, int entries, int *err)
+{
+	struct rc_cq *c;
+
+	if (d->ncqs >= d->max_cq) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	errno = 0;
+	c->cq = ibv_create_cq(d->verbs, entries, c, d->cc, 0);
+	if (!c->cq) {
+		*err = errno_or(ENOMEM);
+		free(c);
+		return NULL;
+	}
+	/* armed before any QP is on it: its first completion wakes the channel */
+	*err = -ibv_req_notify_cq(c->cq, 0);
+	if (*err) {
+		ibv_destroy_cq(c->cq);
+		free(c);
+		return NULL;
+	}
+	c->cap = c->cq->cqe;
+	qsm_list_add_tail(&d->cqs, &c->node);
+	d->ncqs++;
+	d->fab->cq_created++;
+	if (d->ncqs > d->fab->cq_peak)
+		d->fab->cq_peak = d->ncqs;
+	return c;
+}
+
+/* The CQ grown to hold `need` entries, doubling up to max_cqe. */
+static bool cq_grow(struct qsm_fdev *d, struct rc_cq *c, int need)
+{
+	int cap = c->cap;
+
+	if (need > d->max_cqe)
+		return false;
+	while (cap < need)
+		cap = cap > d->max_cqe / 2 ? d->max_cqe : cap * 2;
+	if (ibv_resize_cq(c->cq, cap))
+		return false;
+	d->fab->cq_resized++;
+	c->cap = c->cq->cqe;
+	return c->cap >= need;
+}
+
+struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err)
+{
+	struct qsm_list *pos, *tmp;
+	struct rc_cq *c;
+
+	if (wrs > d->max_cqe) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	/* room as it is, else room once grown, else a new CQ: as the kernel's ib_cq_pool_get */
+	qsm_list_each(pos, tmp, &d->cqs) {
+		c = qsm_container_of(pos, struct rc_cq, node);
+		if (c->need + wrs <= c->cap)
+			goto found;
+	}
+	qsm_list_each(pos, tmp, &d->cqs) {
+		c = qsm_container_of(pos, struct rc_cq, node);
+		if (c->need + wrs <= d->max_cqe && cq_grow(d, c, c->need + wrs))
+			goto found;
+	}
+	c = cq_new(d, wrs > CQ_INITIAL ? wrs : CQ_INITIAL < d->max_cqe ? CQ_INITIAL : d->max_cqe, err);
+	if (!c)
+		return NULL;
+	if (c->cap < wrs && !cq_grow(d, c, wrs)) {
+		cq_free(d, c);
+		*err = -ENOMEM;
+		return NULL;
+	}
+found:
+	c->need += wrs;
+	c->nqps++;
+	return c;
+}
+
+void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
+{
+	c->need -= wrs;
+	c->nqps--;
+	if (!c->nqps && d->ncqs > 1)
+		cq_free(d, c);
+}
+
+void qsm_rc_cq_harvest(struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
+{
+	struct qsm_list *pos, *tmp;
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	while (ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
+		((struct rc_cq *)cq_ctx)->events++;
+	qsm_list_each(pos, tmp, &d->cqs) {
+		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+		struct ibv_wc wc[16];
+		int n;
+
+		if (!c->events)
+			continue;
+		ibv_ack_cq_events(c->cq, c->events);
+		c->events = 0;
+		ibv_req_notify_cq(c->cq, 0);
+		/* Poll after re-arming: nothing that arrived in between is missed. */
+		while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
+			for (int i = 0; i < n; i++)
+				fn(d, &wc[i]);
+	}
+}
+
+/* ---- the device's resources ---- */
+
 static void dev_release_resources(struct qsm_fdev *d)
 {
 	struct rc_fabric *f = d->fab;
+	struct qsm_list *pos, *tmp;
 
 	if (!d->pd)
 		return;
 	qsm_rc_vctx_unlink(&d->vnode);
 	epoll_del(f, d->cc->fd);
 	epoll_del(f, d->verbs->async_fd);
-	ibv_destroy_cq(d->cq);
+	qsm_list_each(pos, tmp, &d->cqs)
+		cq_free(d, qsm_container_of(pos, struct rc_cq, node));
 	ibv_destroy_comp_channel(d->cc);
 	ibv_dealloc_pd(d->pd);
-	d->cq = NULL;
 	d->cc = NULL;
 	d->pd = NULL;
 	qsm_pending_drop(&f->pq, NULL, d);
@@ -141,10 +279,10 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
 	if (!d->vc)
 		return -ENOMEM;
 	d->max_cqe = attr.max_cqe;
+	d->max_cq = attr.max_cq > 0 ? (unsigned)attr.max_cq : 1;
 	d->max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX : attr.max_qp_rd_atom);
 	d->max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX :
 					attr.max_qp_init_rd_atom);
-	d->cq_cap = CQ_INITIAL < attr.max_cqe ? CQ_INITIAL : attr.max_cqe;
 	d->pd = ibv_alloc_pd(d->verbs);
 	if (!d->pd) {
 		r = errno_or(ENOMEM);
@@ -155,13 +293,7 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
 		r = errno_or(ENOMEM);
 		goto fail;
 	}
-	d->cq = ibv_create_cq(d->verbs, d->cq_cap, d, d->cc, 0);
-	if (!d->cq) {
-		r = errno_or(ENOMEM);
-		goto fail;
-	}
-	d->cq_cap = d->cq->cqe;
-	if ((r = -ibv_req_notify_cq(d->cq, 0)) < 0 || (r = set_nonblock(d->cc->fd)) < 0 ||
+	if ((r = set_nonblock(d->cc->fd)) < 0 ||
 	    (r = set_nonblock(d->verbs->async_fd)) < 0 || (r = epoll_add(f, d->cc->fd)) < 0)
 		goto fail;
 	/* Another fabric of the process may watch the same async fd: that is fine. */
@@ -173,35 +305,15 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
 	qsm_rc_vctx_link(d->vc, &d->vnode);
 	return 0;
 fail:
-	if (d->cq)
-		ibv_destroy_cq(d->cq);
 	if (d->cc)
 		ibv_destroy_comp_channel(d->cc);
 	if (d->pd)
 		ibv_dealloc_pd(d->pd);
-	d->cq = NULL;
 	d->cc = NULL;
 	d->pd = NULL;
 	qsm_rc_vctx_put(d->vc);
 	d->vc = NULL;
 	return r;
-}
-
-/* The shared CQ must hold every completion its QPs can have outstanding. */
-int qsm_rc_cq_reserve(struct qsm_fdev *d, int more)
-{
-	int need = d->cq_need + more, cap = d->cq_cap;
-
-	if (need <= cap)
-		return 0;
-	if (need > d->max_cqe)
-		return -ENOMEM;
-	while (cap < need)
-		cap = cap * 2 > d->max_cqe ? d->max_cqe : cap * 2;
-	if (ibv_resize_cq(d->cq, cap))
-		return -ENOMEM;
-	d->cq_cap = d->cq->cqe;
-	return d->cq_cap >= need ? 0 : -ENOMEM;
 }
 
 /* ---- async events ---- */
@@ -242,7 +354,9 @@ void qsm_rc_harvest_async(struct rc_fabric *f)
 				break;
 			case IBV_EVENT_CQ_ERR:
 			case IBV_EVENT_DEVICE_FATAL:
-				/* a shared CQ that overflowed is as dead as the device */
+				/* a CQ of the pool that overflowed: its QPs' completions are
+				 * lost, and which QPs were on it matters little; as fatal as
+				 * the device */
 				qsm_rc_vctx_each_link(d->verbs, push_device_fatal);
 				break;
 			default:

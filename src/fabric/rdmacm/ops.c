@@ -26,6 +26,11 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
 			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_synth);
+	if (getenv("QSM_RDMACM_STATS"))
+		fprintf(stderr, "qsm rdmacm: CQ pool: at most %u CQs on a device; created %llu, freed %llu "
+			"(empty extras, and with the device), resized %llu\n", f->cq_peak,
+			(unsigned long long)f->cq_created, (unsigned long long)f->cq_freed,
+			(unsigned long long)f->cq_resized);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);

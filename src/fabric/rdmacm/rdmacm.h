@@ -26,6 +26,18 @@
 struct vctx;                      /* a process-wide verbs context (pins.c) */
 struct rc_fabric;
 
+/* One CQ of a device's pool (devices.c): the send and receive CQ of the QPs placed on it, on the
+ * device's completion channel, its cq_context this record.  It holds every completion its QPs can
+ * have outstanding (`need`, their WRs and drain markers); a QP goes to a CQ with room for its
+ * share, grown up to max_cqe, or to a new one. */
+struct rc_cq {
+	struct qsm_list node;            /* in qsm_fdev.cqs, oldest first */
+	struct ibv_cq *cq;
+	int cap, need;                   /* entries, and what its QPs reserved */
+	unsigned nqps;
+	unsigned events;                 /* completion events read from the channel, not yet acked */
+};
+
 struct qsm_fdev {
 	struct qsm_list node;            /* in rc_fabric.devs */
 	struct rc_fabric *fab;
@@ -39,9 +51,10 @@ struct qsm_fdev {
 	struct vctx *vc;
 	struct qsm_list vnode;           /* linked to vc (qsm_rc_vctx_link) while the resources exist */
 	struct ibv_pd *pd;
-	struct ibv_comp_channel *cc;
-	struct ibv_cq *cq;
-	int cq_cap, cq_need, max_cqe;
+	struct ibv_comp_channel *cc;     /* every CQ of the pool is on it: one fd in the epoll */
+	struct qsm_list cqs;             /* the CQ pool (struct rc_cq), created as QPs need them */
+	unsigned ncqs, max_cq;           /* CQs in the pool; the device's limit */
+	int max_cqe;
 	uint8_t max_rd_atom, max_init_rd_atom;   /* device limits, for rdma_conn_param */
 	struct qsm_list qps[QP_BUCKETS];
 	uint64_t async_other;
@@ -63,7 +76,8 @@ struct qsm_fid {
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	uint64_t qp_serial;
 	uint32_t qp_num;
-	int qp_wrs;                      /* CQ entries it may use */
+	struct rc_cq *cq;                /* the pool's CQ it is on, while it has a QP */
+	int qp_wrs;                      /* CQ entries it reserved there */
 	struct qsm_list wq[2];           /* outstanding WRs (verbs.c's wr_rec), WQ_SEND and WQ_RECV */
 	unsigned wq_hw[2], wq_cap[2];    /* WRs on the QP per work queue, and the ULP's limit */
 	uint32_t next_seq;
@@ -83,6 +97,10 @@ struct rc_fabric {
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
+	/* the CQ pools: CQs created, freed (empty extras, and with the device's resources), resized;
+	 * the most CQs one device's pool held at once */
+	uint64_t cq_created, cq_freed, cq_resized;
+	unsigned cq_peak;
 };
 
 static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
@@ -153,10 +171,16 @@ void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list
 
 /* The id's device, once librdmacm knows it (bind, address resolution, a request). */
 void qsm_rc_fid_attach(struct qsm_fid *id);
-/* The PD, the completion channel and the shared CQ: 0 or -errno. */
+/* The PD and the completion channel (the CQs come with QPs): 0 or -errno. */
 int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via);
-/* The shared CQ grown to hold `more` entries beyond what its QPs need: 0 or -ENOMEM. */
-int qsm_rc_cq_reserve(struct qsm_fdev *d, int more);
+/* `wrs` entries reserved on a CQ of the device's pool that has room for them: one already
+ * there, grown if needed, else a new one; NULL and *err -ENOMEM when none can hold them (more
+ * than max_cqe, or max_cq CQs with no room). */
+struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
+/* The reservation given back (the QP is destroyed); an empty CQ that is not the last is freed. */
+void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
+/* Every CQ whose channel fired: events acked, re-armed, then polled empty into fn. */
+void qsm_rc_cq_harvest(struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc));
 /* Every reference of a device is checked here: resources go when unused, the object when
  * nothing refers to it and it is no longer in the device list. */
 void qsm_rc_dev_settle(struct qsm_fdev *d);

@@ -1,4 +1,4 @@
-/* rdma-qsm: the data path of the rdmacm fabric: QPs on a device's shared CQ, MRs, posts, completions
+/* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, MRs, posts, completions
  * matched to their WRs by tag, the drain marker, and the flushes the provider does not make. */
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ struct qsm_fmr {
 /*
  * One WR posted on a QP, kept in post order per work queue until it completes.  The wr_id
  * given to verbs is a tag (work queue, QP serial, sequence number), never a pointer, so a
- * completion left in the shared CQ by a destroyed QP (whose number may be reused) or one for
+ * completion left in a CQ of the pool by a destroyed QP (whose number may be reused) or one for
  * a WR whose flush the backend already synthesised is recognised and dropped.
  */
 struct wr_rec {
@@ -225,24 +225,9 @@ void qsm_rc_harvest_completions(struct rc_fabric *f)
 
 	qsm_list_each(pos, tmp, &f->devs) {
 		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
-		struct ibv_cq *cq;
-		void *cq_ctx;
-		struct ibv_wc wc[16];
-		unsigned got = 0;
-		int n;
 
-		if (!d->cq)
-			continue;
-		while (ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
-			got++;
-		if (got) {
-			ibv_ack_cq_events(d->cq, got);
-			ibv_req_notify_cq(d->cq, 0);
-		}
-		/* Poll after re-arming: nothing that arrived in between is missed. */
-		while ((n = ibv_poll_cq(d->cq, 16, wc)) > 0)
-			for (int i = 0; i < n; i++)
-				wc_take(d, &wc[i]);
+		if (d->cc)
+			qsm_rc_cq_harvest(d, wc_take);
 	}
 }
 
@@ -250,6 +235,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 {
 	struct qsm_fdev *d;
 	struct ibv_qp_init_attr init;
+	struct rc_cq *cq;
 	int r, wrs;
 
 	if (!id || !a)
@@ -267,13 +253,13 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		return r;
 	/* One more of each for the drain marker. */
 	wrs = (int)a->max_send_wr + 1 + (int)a->max_recv_wr + 1;
-	r = qsm_rc_cq_reserve(d, wrs);
-	if (r < 0)
+	cq = qsm_rc_cq_get(d, wrs, &r);
+	if (!cq)
 		goto fail;
 	memset(&init, 0, sizeof(init));
 	init.qp_context = id;
-	init.send_cq = d->cq;
-	init.recv_cq = d->cq;
+	init.send_cq = cq->cq;
+	init.recv_cq = cq->cq;
 	init.qp_type = IBV_QPT_RC;
 	init.cap.max_send_wr = a->max_send_wr + 1;
 	init.cap.max_recv_wr = a->max_recv_wr + 1;
@@ -282,6 +268,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	init.cap.max_inline_data = a->max_inline_data;
 	if (rdma_create_qp(id->cm, d->pd, &init) < 0) {
 		r = errno_or(ENOMEM);
+		qsm_rc_cq_put(d, cq, wrs);
 		goto fail;
 	}
 	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
@@ -289,8 +276,8 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	id->wq_cap[WQ_RECV] = a->max_recv_wr;
 	id->qp_serial = ++id->fab->next_qp_serial;
 	id->qp_num = id->cm->qp->qp_num;
+	id->cq = cq;
 	id->qp_wrs = wrs;
-	d->cq_need += wrs;
 	d->nqps++;
 	qsm_list_add_tail(&d->qps[id->qp_num % QP_BUCKETS], &id->qp_node);
 	return 0;
@@ -312,7 +299,8 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 	id->draining = false;
 	id->qp_err = id->qp_rts = false;
 	qsm_pending_drop(&id->fab->pq, id, NULL);
-	d->cq_need -= id->qp_wrs;
+	qsm_rc_cq_put(d, id->cq, id->qp_wrs);
+	id->cq = NULL;
 	d->nqps--;
 	qsm_rc_dev_settle(d);
 }
