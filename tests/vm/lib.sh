@@ -12,8 +12,8 @@ fail() {
 }
 
 # vm_setup NAME DEFAULT_N BIN_VAR [N [BINARY]]
-# Sets n, bin (BINARY, else $BIN_VAR, else ./tests/vm/NAME), dev, out and trace
-# ($QSM_VM_OUT/NAME.trace), and fails unless this is the test VM, the binary is there, rdma is
+# Sets n, bin (BINARY, else $BIN_VAR, else ./tests/vm/NAME), dev, out, trace
+# ($QSM_VM_OUT/NAME.trace) and log ($QSM_VM_OUT/NAME.log: the program's output), and fails unless this is the test VM, the binary is there, rdma is
 # installed and the device is ACTIVE.
 vm_setup() {
 	local name=$1 default_n=$2 bin_var=$3
@@ -23,6 +23,7 @@ vm_setup() {
 	dev=${QSM_VM_DEV:-rxe0}
 	out=${QSM_VM_OUT:-/tmp}
 	trace=$out/$name.trace
+	log=$out/$name.log
 
 	[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
 	[[ -x $bin ]] || fail "$bin not found or not executable (build it, or set $bin_var)"
@@ -38,13 +39,13 @@ vm_setup() {
 }
 
 # vm_run_test NAME LIMIT_S [--link-show]
-# Runs "$bin $n $trace", killed after LIMIT_S seconds. If it fails: the trace's tail, the
+# Runs "$bin $n $trace", killed after LIMIT_S seconds, its output kept in $log too. If it fails: the trace's tail, the
 # links (with --link-show), the kernel log's tail, then FAIL. Otherwise the trace's length.
 vm_run_test() {
 	local name=$1 limit=$2 link_show=${3:-} rc
-	echo "== $bin $n (trace: $trace)"
-	timeout --signal=KILL "$limit" "$bin" "$n" "$trace"
-	rc=$?
+	echo "== $bin $n (trace: $trace, output: $log)"
+	timeout --signal=KILL "$limit" "$bin" "$n" "$trace" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
 	if [[ $rc != 0 ]]; then
 		echo "== last 60 trace lines"
 		tail -n 60 "$trace" 2>/dev/null
@@ -70,4 +71,23 @@ vm_trace_last_live() {
 # How many client queues reached LIVE at least twice.
 vm_trace_relive_count() {
 	grep -E '^client .* CONNECTED --READY--> LIVE' "$1" | awk '{ n[$4]++ } END { c = 0; for (q in n) if (n[q] >= 2) c++; print c }'
+}
+
+# vm_removal_trace_checks --print|--count
+# After the removal program (tests/vm/removal.c): the trace shows every one of the $n client
+# queues take LIVE --DEVICE_REMOVAL--> RECONNECT_WAIT and reach LIVE again. --print prints
+# those lines (one per queue) first; --count only the counts.
+vm_removal_trace_checks() {
+	local removed relive
+	if [[ $1 == --print ]]; then
+		# The evidence, per queue: its DEVICE_REMOVAL edge, and the reconnect that followed.
+		echo "== trace: every client queue's DEVICE_REMOVAL edge"
+		grep -E '^client .* --DEVICE_REMOVAL' "$trace"
+		echo "== trace: every client queue's way back to LIVE (the last CONNECTED --READY--> LIVE of each)"
+		vm_trace_last_live "$trace"
+	fi
+	removed=$(grep -cE '^client .* LIVE --DEVICE_REMOVAL(.*)--> RECONNECT_WAIT' "$trace")
+	relive=$(vm_trace_relive_count "$trace")
+	echo "   trace: $removed queues took LIVE --DEVICE_REMOVAL--> RECONNECT_WAIT, $relive reached LIVE again"
+	[[ $removed == "$n" && $relive == "$n" ]] || fail "trace shows $removed removals and $relive reconnects, want $n each"
 }

@@ -4,7 +4,11 @@
  * The data path runs through it: every time a queue is LIVE it exchanges one message (send,
  * echoed by the server, received), with one spare receive left posted, so MRs and WRs are
  * outstanding when the device goes.  At the end every queue disconnects and posts a receive
- * after its QP went to ERR: both receives must come back flushed, before DRAINED.
+ * after its QP went to ERR: both receives must come back flushed, before DRAINED.  Every WR a
+ * client queue posted completes exactly once, or was outstanding when the device went (its QP is
+ * destroyed with it, and with it its WRs: qsm_conn_post_send(3)); no edge is missing
+ * (unexpected 0) and no attempt ran out of a resource (exhausted 0).  The queues use the default
+ * caps (64/64): with N=1000 (scenarios/scale.sh) the fabric needs several CQs per device.
  *
  *   removal [N [TRACE_FILE]]     N queues (default 100); trace to TRACE_FILE ("-" = stdout,
  *                                default: no trace).  Env: QSM_VM_DEV (rxe0), QSM_VM_NETDEV
@@ -46,6 +50,8 @@ struct queue {
 	unsigned late;              /* completions after DRAINED */
 	unsigned errors;            /* bad completions, bad echoes, failed posts */
 	int late_post;              /* qsm_conn_post_recv() after ERR: its return */
+	unsigned posted, completed; /* WRs posted (accepted), completions received */
+	unsigned discarded;         /* WRs outstanding when the device went: gone with the QP */
 	bool drained, released;
 	struct qsm_mr *mr;
 	char rbuf[MSG_LEN], sbuf[MSG_LEN];
@@ -53,8 +59,12 @@ struct queue {
 
 static int on_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
+	struct queue *u = qsm_conn_user(q);
+
 	(void)ev;
-	((struct queue *)qsm_conn_user(q))->removals++;
+	u->removals++;
+	/* the QP is destroyed after this handler, its outstanding WRs with it */
+	u->discarded = u->posted - u->completed;
 	return 0;
 }
 
@@ -74,9 +84,14 @@ static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 	snprintf(u->sbuf, sizeof(u->sbuf), "queue %u life %u", u->index, u->lives);
 	rs = vm_sge(u->rbuf, sizeof(u->rbuf), u->mr);
 	ss = vm_sge(u->sbuf, (uint32_t)strlen(u->sbuf) + 1, u->mr);
-	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0 ||
-	    qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+	if (qsm_conn_post_recv(q, WR_RECV, &rs, 1) < 0)
 		u->errors++;
+	else
+		u->posted++;
+	if (qsm_conn_post_send(q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+		u->errors++;
+	else
+		u->posted++;
 	return 0;
 }
 
@@ -88,6 +103,7 @@ static int on_disconnecting(struct qsm_conn *q, const struct qsm_event_info *ev)
 
 	(void)ev;
 	u->late_post = qsm_conn_post_recv(q, WR_LATE, &rs, 1);
+	u->posted += u->late_post == 0;
 	return 0;
 }
 
@@ -107,6 +123,7 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	struct queue *u = qsm_conn_user(q);
 	char want[MSG_LEN];
 
+	u->completed++;
 	if (u->drained)
 		u->late++;
 	if (wc->status == QSM_WC_WR_FLUSH_ERR) {
@@ -129,6 +146,8 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		/* a spare receive stays posted: outstanding at removal, flushed at the end */
 		if (qsm_conn_post_recv(q, WR_SPARE, &rs, 1) < 0)
 			u->errors++;
+		else
+			u->posted++;
 	} else if (wc->wr_id != WR_SEND || wc->opcode != QSM_WR_SEND) {
 		u->errors++;
 	}
@@ -369,6 +388,7 @@ int main(int argc, char **argv)
 	}
 	{
 		unsigned closed = 0, drained = 0, flushed2 = 0, late = 0, late_post_ok = 0;
+		unsigned posted = 0, completed = 0, discarded = 0, unaccounted = 0;
 
 		for (unsigned i = 0; i < n; i++) {
 			closed += u[i].released;
@@ -376,6 +396,10 @@ int main(int argc, char **argv)
 			flushed2 += u[i].flushed_at_drained == 2;
 			late += u[i].late;
 			late_post_ok += u[i].late_post == 0;
+			posted += u[i].posted;
+			completed += u[i].completed;
+			discarded += u[i].discarded;
+			unaccounted += u[i].completed + u[i].discarded != u[i].posted;
 		}
 		vm_check(closed == n, "%u/%u client queues closed after disconnect (%.3f s)", closed, n, t_close);
 		vm_check(drained == n, "%u/%u drained by DRAINED (not the drain timeout)", drained, n);
@@ -383,6 +407,9 @@ int main(int argc, char **argv)
 		vm_check(flushed2 == n && !late,
 		         "%u/%u queues got both receives back flushed before DRAINED; %u completions after it",
 		         flushed2, n, late);
+		vm_check(!unaccounted, "every WR completed once or went with the removed device: client "
+		         "posted %u, completed %u, outstanding at the removal %u; %u queues unaccounted",
+		         posted, completed, discarded, unaccounted);
 		vm_check(!sum_errors(u, n) && !server_errors, "no data path errors (client %u, server %u; "
 		         "server echoed %u messages)", sum_errors(u, n), server_errors, server_echoes);
 		for (unsigned i = 0; i < n && vm_failures; i++)
@@ -392,16 +419,23 @@ int main(int argc, char **argv)
 				       "errors %u late_post %d exchanged %u\n", i, u[i].released, u[i].drained,
 				       u[i].flushed, u[i].flushed_at_drained, u[i].late, u[i].errors,
 				       u[i].late_post, u[i].exchanged);
+		qsm_ctx_counters(server, &sc);
+		qsm_ctx_counters(client, &cc);
+		vm_check(!cc.unexpected && !sc.unexpected && !cc.exhausted && !sc.exhausted,
+		         "unexpected events: client %llu, server %llu; attempts out of a resource: client %llu, "
+		         "server %llu", (unsigned long long)cc.unexpected, (unsigned long long)sc.unexpected,
+		         (unsigned long long)cc.exhausted, (unsigned long long)sc.exhausted);
 	}
 
 out:
 	qsm_ctx_counters(server, &sc);
 	qsm_ctx_counters(client, &cc);
-	printf("== counters: client reconnects %llu, device_removals %llu, unexpected %llu, action_errors %llu;"
-	       " server device_removals %llu, unexpected %llu, queues %llu\n",
+	printf("== counters: client reconnects %llu, device_removals %llu, unexpected %llu, action_errors %llu,"
+	       " exhausted %llu; server device_removals %llu, unexpected %llu, exhausted %llu, queues %llu\n",
 	       (unsigned long long)cc.reconnects, (unsigned long long)cc.device_removals,
 	       (unsigned long long)cc.unexpected, (unsigned long long)cc.action_errors,
-	       (unsigned long long)sc.device_removals, (unsigned long long)sc.unexpected,
+	       (unsigned long long)cc.exhausted, (unsigned long long)sc.device_removals,
+	       (unsigned long long)sc.unexpected, (unsigned long long)sc.exhausted,
 	       (unsigned long long)sc.queues_live);
 	if (vm_failures)
 		for (unsigned i = 0; i < n; i++)

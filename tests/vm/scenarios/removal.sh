@@ -12,14 +12,6 @@ set -u
 
 vm_setup removal 100 QSM_REMOVAL_BIN "$@"
 vm_run_test removal 240 --link-show
-# The evidence, per queue: its DEVICE_REMOVAL edge, and the reconnect that followed.
-echo "== trace: every client queue's DEVICE_REMOVAL edge"
-grep -E '^client .* --DEVICE_REMOVAL' "$trace"
-echo "== trace: every client queue's way back to LIVE (the last CONNECTED --READY--> LIVE of each)"
-vm_trace_last_live "$trace"
-removed=$(grep -cE '^client .* LIVE --DEVICE_REMOVAL(.*)--> RECONNECT_WAIT' "$trace")
-relive=$(vm_trace_relive_count "$trace")
-echo "   trace: $removed queues took LIVE --DEVICE_REMOVAL--> RECONNECT_WAIT, $relive reached LIVE again"
-[[ $removed == "$n" && $relive == "$n" ]] || fail "trace shows $removed removals and $relive reconnects, want $n each"
+vm_removal_trace_checks --print
 rdma link show
 echo "PASS: removal with $n live queues, re-add and reconnect"
