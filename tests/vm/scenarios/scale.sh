@@ -14,7 +14,7 @@ vm_run_test scale 240 --link-show
 vm_removal_trace_checks --count
 # Each fabric (client, then server) prints its CQ pool at destroy: more than one CQ each.
 pools=$(grep -oE 'CQ pool: at most [0-9]+ CQs' "$log" | grep -oE '[0-9]+' | tr '\n' ' ')
-echo "   CQ pools (client, server): at most ${pools:-?} CQs on the device"
+echo "   CQ pools (client, server): at most ${pools% } CQs on the device"
 npools=0
 for p in $pools; do
 	npools=$((npools + 1))
