@@ -1,5 +1,6 @@
 /* rdma-qsm: the pieces of the rdmacm fabric (src/fabric/rdmacm/) that need no RDMA device,
- * tested alone: how rdma_cm's events are named, and the queue that must never lose a completion. */
+ * tested alone: how rdma_cm's events are named, the queue that must never lose a completion, and
+ * the CQ pool (on fake CQs: ibv_create_cq and its kin are wrapped, -Wl,--wrap). */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -12,6 +13,7 @@
 #include <qsm/events.h>
 
 #include "fabric/rdmacm/cm_event.h"
+#include "fabric/rdmacm/rdmacm.h"
 #include "fabric/rdmacm/pending.h"
 
 #include "check_main.h"
@@ -140,6 +142,187 @@ START_TEST(test_drop_releases_only_what_is_queued_for_that_id_or_device)
 }
 END_TEST
 
+/* ---- the CQ pool, on fake CQs ---- */
+
+#define RXE_MAX_CQE 32768
+#define WRS_64_64 (64 + 1 + 64 + 1)   /* a QP with the default caps, drain markers included */
+
+static int cqs_alive, resizes, fail_resize, fail_create;
+static unsigned acked;
+
+static int fake_req_notify(struct ibv_cq *cq, int solicited_only)
+{
+	(void)cq;
+	(void)solicited_only;
+	return 0;
+}
+
+static struct ibv_context fake_verbs = { .ops = { .req_notify_cq = fake_req_notify } };
+
+struct ibv_cq *__wrap_ibv_create_cq(struct ibv_context *verbs, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector);
+int __wrap_ibv_resize_cq(struct ibv_cq *cq, int cqe);
+int __wrap_ibv_destroy_cq(struct ibv_cq *cq);
+void __wrap_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents);
+
+struct ibv_cq *__wrap_ibv_create_cq(struct ibv_context *verbs, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq *cq;
+
+	(void)comp_vector;
+	if (fail_create || cqe > RXE_MAX_CQE || !(cq = calloc(1, sizeof(*cq)))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	cq->context = verbs;
+	cq->channel = channel;
+	cq->cq_context = cq_context;
+	cq->cqe = cqe;
+	cqs_alive++;
+	return cq;
+}
+
+int __wrap_ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	resizes++;
+	if (cqe > RXE_MAX_CQE || fail_resize)
+		return EINVAL;
+	cq->cqe = cqe;
+	return 0;
+}
+
+int __wrap_ibv_destroy_cq(struct ibv_cq *cq)
+{
+	cqs_alive--;
+	free(cq);
+	return 0;
+}
+
+void __wrap_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	(void)cq;
+	acked += nevents;
+}
+
+static struct qsm_fdev *pool_dev(unsigned max_cq)
+{
+	struct rc_fabric *f = calloc(1, sizeof(*f));
+	struct qsm_fdev *d = calloc(1, sizeof(*d));
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(d);
+	d->fab = f;
+	d->verbs = &fake_verbs;
+	d->max_cqe = RXE_MAX_CQE;
+	d->max_cq = max_cq;
+	qsm_list_init(&d->cqs);
+	cqs_alive = resizes = fail_resize = fail_create = 0;
+	return d;
+}
+
+static void pool_dev_free(struct qsm_fdev *d)
+{
+	free(d->fab);
+	free(d);
+}
+
+/* TESTBED: rxe's max_cqe 32768 holds 252 QPs of 64/64 WRs; 1000 take 4 CQs, none beyond it. */
+START_TEST(test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras)
+{
+	struct qsm_fdev *d = pool_dev(16);
+	static struct rc_cq *on[1000];
+	struct qsm_list *pos, *tmp;
+	int err = 0, k = 0;
+
+	for (int i = 0; i < 1000; i++) {
+		on[i] = qsm_rc_cq_get(d, WRS_64_64, &err);
+		ck_assert_msg(on[i] != NULL, "QP %d: %d", i, err);
+	}
+	ck_assert_uint_eq(d->ncqs, 4);
+	ck_assert_int_eq(cqs_alive, 4);
+	ck_assert_uint_eq(d->fab->cq_peak, 4);
+	qsm_list_each(pos, tmp, &d->cqs) {
+		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+
+		ck_assert_int_le(c->cap, RXE_MAX_CQE);
+		ck_assert_int_le(c->need, c->cap);
+		ck_assert_uint_eq(c->nqps, k < 3 ? 252 : 1000 - 3 * 252);
+		ck_assert_int_eq(c->need, (int)c->nqps * WRS_64_64);
+		k++;
+	}
+	/* the second CQ's QPs go: it is freed; its room is not needed by anyone */
+	for (int i = 252; i < 504; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	ck_assert_uint_eq(d->ncqs, 3);
+	ck_assert_int_eq(cqs_alive, 3);
+	/* a new QP fills the room a departed one left on the first CQ before anything else */
+	qsm_rc_cq_put(d, on[0], WRS_64_64);
+	on[0] = qsm_rc_cq_get(d, WRS_64_64, &err);
+	ck_assert_ptr_eq(on[0], on[1]);
+	ck_assert_uint_eq(d->ncqs, 3);
+	for (int i = 0; i < 1000; i++)
+		if (i < 252 || i >= 504)
+			qsm_rc_cq_put(d, on[i], WRS_64_64);
+	/* the last CQ stays, empty, until the device's resources go */
+	ck_assert_uint_eq(d->ncqs, 1);
+	ck_assert_int_eq(cqs_alive, 1);
+	ck_assert_uint_eq(d->fab->cq_created - d->fab->cq_freed, 1);
+	ck_assert_int_gt(resizes, 0);
+	{
+		struct rc_cq *last = qsm_container_of(d->cqs.next, struct rc_cq, node);
+
+		free(last->cq);
+		free(last);
+	}
+	pool_dev_free(d);
+}
+END_TEST
+
+START_TEST(test_cq_pool_refuses_with_enomem_beyond_max_cq_or_max_cqe)
+{
+	struct qsm_fdev *d = pool_dev(2);
+	int err = 0;
+
+	ck_assert_ptr_null(qsm_rc_cq_get(d, RXE_MAX_CQE + 1, &err));
+	ck_assert_int_eq(err, -ENOMEM);
+	ck_assert_uint_eq(d->ncqs, 0);
+	for (int i = 0; i < 2 * 252; i++)
+		ck_assert_ptr_nonnull(qsm_rc_cq_get(d, WRS_64_64, &err));
+	err = 0;
+	ck_assert_ptr_null(qsm_rc_cq_get(d, WRS_64_64, &err));
+	ck_assert_int_eq(err, -ENOMEM);
+	ck_assert_uint_eq(d->ncqs, 2);
+	pool_dev_free(d);   /* the fake CQs leak: the process ends */
+}
+END_TEST
+
+/* A CQ that cannot grow is passed over (a new one is made), never the QP refused for it. */
+START_TEST(test_cq_pool_takes_a_new_cq_when_a_resize_fails)
+{
+	struct qsm_fdev *d = pool_dev(4);
+	struct rc_cq *a, *b;
+	int err = 0, n = 1024 / WRS_64_64;
+
+	for (int i = 0; i < n; i++)
+		a = qsm_rc_cq_get(d, WRS_64_64, &err);
+	fail_resize = 1;
+	b = qsm_rc_cq_get(d, WRS_64_64, &err);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_ptr_ne(a, b);
+	ck_assert_uint_eq(d->ncqs, 2);
+	/* and one that cannot be created either is an outcome: -ENOMEM, once b is full */
+	fail_create = 1;
+	for (int i = 1; i < n; i++)
+		ck_assert_ptr_eq(qsm_rc_cq_get(d, WRS_64_64, &err), b);
+	err = 0;
+	ck_assert_ptr_null(qsm_rc_cq_get(d, WRS_64_64, &err));
+	ck_assert_int_eq(err, -ENOMEM);
+	ck_assert_uint_eq(d->ncqs, 2);
+	pool_dev_free(d);
+}
+END_TEST
+
 static Suite *rdmacm_suite(void)
 {
 	Suite *s = suite_create("rdmacm");
@@ -151,6 +334,11 @@ static Suite *rdmacm_suite(void)
 	t = tcase_create("pending");
 	tcase_add_test(t, test_completions_of_posted_wrs_survive_allocation_failures);
 	tcase_add_test(t, test_drop_releases_only_what_is_queued_for_that_id_or_device);
+	suite_add_tcase(s, t);
+	t = tcase_create("cq_pool");
+	tcase_add_test(t, test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras);
+	tcase_add_test(t, test_cq_pool_refuses_with_enomem_beyond_max_cq_or_max_cqe);
+	tcase_add_test(t, test_cq_pool_takes_a_new_cq_when_a_resize_fails);
 	suite_add_tcase(s, t);
 	return s;
 }
