@@ -170,6 +170,8 @@ struct qsm_ctx {
 	int epfd, timerfd, kickfd;
 	uint64_t timerfd_at;         /* what the timerfd is armed for (0: disarmed) */
 	bool kicked;
+	bool dispatching;             /* inside qsm_ctx_dispatch(): the clock is pass_now_ns */
+	uint64_t pass_now_ns;         /* read once at the start of a dispatch pass */
 	bool stop;
 	uint64_t (*now_ns)(void *arg);
 	void *now_arg;
@@ -208,6 +210,7 @@ uint64_t qsm_now(struct qsm_ctx *ctx);
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot);
 void qsm_fifo_trim(struct qsm_ctx *ctx);
+void qsm_fifo_kick(struct qsm_ctx *ctx);
 void qsm_timers_fire(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);

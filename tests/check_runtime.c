@@ -2,6 +2,7 @@
  * registry and the reconnect policy, each test pinning one observable behaviour. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <poll.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -651,6 +652,38 @@ START_TEST(test_resource_exhaustion_retries_when_max_exhausted_is_never)
 }
 END_TEST
 
+static bool fd_readable(struct qsm_ctx *c)
+{
+	struct pollfd p = { .fd = qsm_ctx_fd(c), .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* The ctx's fd is readable exactly while work waits: a downcall from outside a pass kicks
+ * it, a pass that ends with its budget spent leaves it readable, and one that drained the
+ * FIFO (the work it queued itself included, with no eventfd write) leaves it quiet. */
+START_TEST(test_ctx_fd_is_readable_while_work_waits_and_quiet_after_a_drained_pass)
+{
+	enum { N = 20 };
+	struct qsm_conn *q[N];
+
+	pump(0);
+	ck_assert(!fd_readable(cctx));
+	for (int i = 0; i < N; i++)
+		q[i] = new_client(NULL);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(qsm_conn_connect(q[i]), 0);
+	ck_assert(fd_readable(cctx));                  /* downcalls: work queued for the next pass */
+	ck_assert_int_eq(qsm_ctx_dispatch(cctx, 1), 1);
+	ck_assert(fd_readable(cctx));                  /* budget spent, work left: still readable */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(qsm_conn_destroy(q[i]), 0);
+	pump(0);
+	ck_assert(!fd_readable(cctx));                 /* all done: quiet */
+	ck_assert_uint_eq(COUNT(cctx, queues_live), 0);
+}
+END_TEST
+
 /* A connect storm grows the FIFO; once it is served, the FIFO gives the memory back. */
 START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
 {
@@ -742,6 +775,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
 	tcase_add_test(t, test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected);
 	tcase_add_test(t, test_fifo_shrinks_back_after_a_connect_storm);
+	tcase_add_test(t, test_ctx_fd_is_readable_while_work_waits_and_quiet_after_a_drained_pass);
 	tcase_add_test(t, test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno);
 	tcase_add_test(t, test_resource_exhaustion_retries_when_max_exhausted_is_never);
 	suite_add_tcase(s, t);

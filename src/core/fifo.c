@@ -34,11 +34,8 @@ int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
 	ctx->fifo_len++;
 	if (ctx->fifo_len > ctx->fifo_hwm)
 		ctx->fifo_hwm = ctx->fifo_len;
-	if (!ctx->kicked) {
-		uint64_t one = 1;
-
-		ctx->kicked = write(ctx->kickfd, &one, sizeof(one)) == sizeof(one);
-	}
+	if (!ctx->kicked && !ctx->dispatching)
+		qsm_fifo_kick(ctx); /* inside a pass, the pass takes it: no system call */
 	return 0;
 }
 
@@ -58,6 +55,14 @@ void qsm_fifo_trim(struct qsm_ctx *ctx)
 	if (ctx->fifo_len || ctx->fifo_cap < 4 * want)
 		return;
 	fifo_resize(ctx, want); /* -ENOMEM: keep the larger one, nothing lost */
+}
+
+/* Make the ctx's fd readable: there is queued work for the next qsm_ctx_dispatch(). */
+void qsm_fifo_kick(struct qsm_ctx *ctx)
+{
+	uint64_t one = 1;
+
+	ctx->kicked = write(ctx->kickfd, &one, sizeof(one)) == sizeof(one);
 }
 
 /* Queue an event for an object; it is dispatched after everything queued before it. */

@@ -195,9 +195,16 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 {
 	unsigned int n = 0;
 
+	bool outer;
+
 	qsm_check(ctx, -EINVAL);
 	if (!budget)
 		budget = DEFAULT_BUDGET;
+	outer = !ctx->dispatching; /* a handler that dispatches again stays in its pass */
+	if (outer) {
+		ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
+		ctx->dispatching = true;
+	}
 	while (n < budget) {
 		struct qsm_item it;
 
@@ -220,6 +227,9 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		qsm_obj_put(ctx, it.target);
 		n++;
 	}
+	if (!outer)
+		return (int)n;
+	ctx->dispatching = false;
 	if (!ctx->fifo_len && ctx->kicked) {
 		uint64_t buf;
 
@@ -227,6 +237,8 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		if (read(ctx->kickfd, &buf, sizeof(buf)) < 0) {
 			/* EAGAIN: already drained */
 		}
+	} else if (ctx->fifo_len && !ctx->kicked) {
+		qsm_fifo_kick(ctx); /* the budget ran out with work queued: the fd says so */
 	}
 	qsm_fifo_trim(ctx);
 	qsm_timerfd_rearm(ctx);

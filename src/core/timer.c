@@ -19,9 +19,11 @@ uint64_t qsm_monotonic_ns(void *arg)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock is read once per dispatch pass: everything a pass does (timer arms, expiries,
+ * trace stamps) happens "at" the pass's start.  Outside a pass, it is read each time. */
 uint64_t qsm_now(struct qsm_ctx *ctx)
 {
-	return ctx->now_ns(ctx->now_arg);
+	return ctx->dispatching ? ctx->pass_now_ns : ctx->now_ns(ctx->now_arg);
 }
 
 /* ---- timers: a binary min-heap, lazy ----
