@@ -106,7 +106,8 @@ struct qsm_conn {
 	bool has_src;
 	void *user;
 	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
-	uint8_t pdata[QSM_CONN_PDATA_MAX];
+	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
+	                               queues send none, and a queue stays small */
 	_Alignas(16) unsigned char priv[];
 };
 
@@ -253,6 +254,7 @@ static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *
 extern const struct qsm_obj_ops qsm_conn_ops;
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_teardown(struct qsm_conn *q);
+int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len);
 int qsm_timeouts_check(const struct qsm_timeouts *t);
 void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);

@@ -91,9 +91,10 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 	q->policy = o->policy;
 	q->timeouts = o->timeouts;
 	q->user = o->user;
-	q->pdata_len = (uint8_t)o->private_data_len;
-	if (o->private_data_len)
-		memcpy(q->pdata, o->private_data, o->private_data_len);
+	if (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0) {
+		qsm_conn_teardown(q);
+		return -ENOMEM;
+	}
 	*ret = q;
 	return 0;
 }

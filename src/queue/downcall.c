@@ -65,9 +65,8 @@ static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, 
 		return r;
 	if (q->decided)
 		return -EALREADY; /* one decision per request: the first one stands */
-	q->pdata_len = (uint8_t)len;
-	if (len)
-		memcpy(q->pdata, pdata, len);
+	if ((r = qsm_conn_set_pdata(q, pdata, len)) < 0)
+		return r;
 	r = qsm_post(q->ctx, &q->obj, event, 0);
 	if (r == 0)
 		q->decided = true;

@@ -2,6 +2,7 @@
  * actions carried out in order, the class's handlers called around them (run to completion). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime.h"
 
@@ -374,7 +375,25 @@ static void conn_teardown(struct qsm_obj *o)
 
 static void conn_free(struct qsm_obj *o)
 {
-	free(qsm_container_of(o, struct qsm_conn, obj));
+	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
+	free(q->pdata);
+	free(q);
+}
+
+/* The private data the next connect, accept or reject sends (a copy; len 0: none). */
+int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len)
+{
+	uint8_t *p = NULL;
+
+	if (len && !(p = malloc(len)))
+		return -ENOMEM;
+	if (len)
+		memcpy(p, pdata, len);
+	free(q->pdata);
+	q->pdata = p;
+	q->pdata_len = (uint8_t)len;
+	return 0;
 }
 
 /* What a queue hears from the registry's fan-out: what its machine has edges for. */
