@@ -31,6 +31,9 @@ static void rc_destroy(struct qsm_fabric *base)
 			"(empty extras, and with the device), resized %llu\n", f->cq_peak,
 			(unsigned long long)f->cq_created, (unsigned long long)f->cq_freed,
 			(unsigned long long)f->cq_resized);
+	if (getenv("QSM_RDMACM_STATS"))
+		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready)\n",
+			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
@@ -56,6 +59,32 @@ static int rc_fd(struct qsm_fabric *base)
 	return base ? to_fab(base)->epfd : -EINVAL;
 }
 
+/*
+ * Which sources are ready, from the fabric's own epoll (level-triggered, so a source not read
+ * dry is reported again): the CM channel, the pin channel, the device-list timer, and the
+ * devices' completion channels and async fds.  Returns the number of ready fds.
+ */
+static int learn_ready(struct rc_fabric *f)
+{
+	struct epoll_event evs[32];
+	int n = epoll_wait(f->epfd, evs, sizeof(evs) / sizeof(evs[0]), 0);
+
+	f->epoll_waits++;
+	for (int i = 0; i < n; i++) {
+		int fd = evs[i].data.fd;
+
+		if (fd == f->ch->fd)
+			f->ready_cm = true;
+		else if (fd == f->pin_fd)
+			f->ready_pins = true;
+		else if (fd == f->tfd)
+			f->ready_tick = true;
+		else if (fd != f->pq.kfd)
+			f->ready_devs = true; /* a completion channel or an async fd */
+	}
+	return n < 0 ? 0 : n;
+}
+
 static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 {
 	struct rc_fabric *f;
@@ -65,13 +94,30 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	if (!base || !ev)
 		return -EINVAL;
 	f = to_fab(base);
-	r = qsm_rc_take_cm_event(f, ev);
-	if (r != -EAGAIN)
-		return r;
-	qsm_rc_pins_take_events();
-	qsm_rc_harvest_completions(f);
-	qsm_rc_harvest_async(f);
-	qsm_rc_poll_devices(f);
+	f->get_calls++;
+	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
+	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
+	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick && !learn_ready(f))
+		return -EAGAIN;
+	if (f->ready_cm) {
+		r = qsm_rc_take_cm_event(f, ev);
+		if (r != -EAGAIN)
+			return r;
+		f->ready_cm = false;
+	}
+	if (f->ready_pins) {
+		f->ready_pins = false;
+		qsm_rc_pins_take_events();
+	}
+	if (f->ready_devs) {
+		f->ready_devs = false;
+		qsm_rc_harvest_completions(f);
+		qsm_rc_harvest_async(f);
+	}
+	if (f->ready_tick) {
+		f->ready_tick = false;
+		qsm_rc_poll_devices(f);
+	}
 	while ((p = qsm_pending_pop(&f->pq))) {
 		if (p->device_wide) {
 			/* expanded here, in the fabric's own thread, where its QP list is safe */
@@ -159,7 +205,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 		r = errno_or(ENODEV);
 		goto fail;
 	}
-	pin_fd = qsm_rc_pins_open();
+	pin_fd = f->pin_fd = qsm_rc_pins_open();
 	if (pin_fd < 0) {
 		r = pin_fd;
 		goto fail;

@@ -101,6 +101,10 @@ struct rc_fabric {
 	 * the most CQs one device's pool held at once */
 	uint64_t cq_created, cq_freed, cq_resized;
 	unsigned cq_peak;
+	/* Sources epoll said are ready and not yet read dry: get_event() reads only these. */
+	int pin_fd;
+	bool ready_cm, ready_pins, ready_devs, ready_tick;
+	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 };
 
 static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
@@ -131,7 +135,7 @@ static inline int set_nonblock(int fd)
 
 static inline int epoll_add(struct rc_fabric *f, int fd)
 {
-	struct epoll_event e = { .events = EPOLLIN };
+	struct epoll_event e = { .events = EPOLLIN, .data.fd = fd };
 
 	return epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &e) < 0 ? -errno : 0;
 }
