@@ -122,7 +122,8 @@ struct qsm_timeouts {
 struct qsm_counters {
 	uint64_t events[QSM_EV_LIMIT];   /* dispatched, by event */
 	uint64_t fabric_events;          /* taken from the fabric (each acked at once) */
-	uint64_t popped;                 /* taken from the ctx's FIFO: dispatched + dropped */
+	uint64_t popped;                 /* taken from the ctx's FIFO (or a completion handed
+	                                    straight from the fabric): dispatched + dropped */
 	uint64_t dispatched;             /* all events dispatched to a machine */
 	uint64_t transitions;            /* edges taken (self-loops included) */
 	uint64_t unexpected;             /* events with no edge */
