@@ -225,9 +225,9 @@ int post_wr(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, enum qsm_w
 		   const struct qsm_fabric_sge *sg, int n, uint64_t remote_addr, uint32_t rkey)
 {
 	struct qsm_fabric_wr wr = { .wr_id = wr_id, .opcode = op, .sg_list = sg, .num_sge = n,
-				    .remote_addr = remote_addr, .rkey = rkey, .signaled = true };
+				    .remote_addr = remote_addr, .rkey = rkey, .flags = QSM_POST_SIGNALED };
 
-	return f->ops->post_send(id, &wr);
+	return f->ops->post_send(id, &wr, 1, NULL);
 }
 
 int post_send1(struct qsm_fabric *f, struct qsm_fid *id, uint64_t wr_id, struct qsm_fabric_sge sg)
@@ -782,7 +782,7 @@ START_TEST(test_unsignaled_send_completes_only_at_the_receiver)
 	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 8, 8)), 0);
 	s = sge(&rs, 0, 4);
 	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND,
-									 .sg_list = &s, .num_sge = 1 }), 0);
+									 .sg_list = &s, .num_sge = 1 }, 1, NULL), 0);
 	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, 4);
 	expect_bytes(dst, src, 4);
 	expect_none(fc);
@@ -839,7 +839,7 @@ START_TEST(test_post_after_err_returns_0_and_completes_with_flush_err)
 	ck_assert_int_eq(post_send1(fc, a, 1, s), 0);
 	/* Unsignaled too: the ULP always gets its buffers back. */
 	ck_assert_int_eq(fc->ops->post_send(a, &(struct qsm_fabric_wr){ .wr_id = 2, .opcode = QSM_WR_RDMA_WRITE,
-									 .sg_list = &s, .num_sge = 1 }), 0);
+									 .sg_list = &s, .num_sge = 1 }, 1, NULL), 0);
 	ck_assert_int_eq(post_wr(fc, a, 3, QSM_WR_RDMA_READ, &s, 1, (uintptr_t)buf, r.rkey), 0);
 	expect_wc(fc, &CLI, 100, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
 	expect_wc(fc, &CLI, 1, QSM_WC_WR_FLUSH_ERR, QSM_WR_SEND);

@@ -51,7 +51,10 @@ enum qsm_wr_opcode {
 	QSM_WR_SEND = 1,
 	QSM_WR_RDMA_WRITE,
 	QSM_WR_RDMA_READ,
-	QSM_WR_RECV,                 /* in completions of posted receives */
+	QSM_WR_RECV,                 /* in completions of posted receives: a SEND arrived */
+	QSM_WR_SEND_WITH_IMM,        /* a SEND carrying imm_data to the receiver's completion */
+	QSM_WR_RDMA_WRITE_WITH_IMM,  /* a WRITE that also consumes a receive of the peer's */
+	QSM_WR_RECV_RDMA_WITH_IMM,   /* in completions of posted receives: a WRITE_WITH_IMM arrived */
 };
 
 struct qsm_sge {
@@ -62,15 +65,36 @@ struct qsm_sge {
 
 #define QSM_MAX_SGE 4
 
+/* wc_flags of a completion, as IBV_WC_WITH_IMM / IBV_WC_WITH_INV (mapped, not equal). */
+#define QSM_WC_WITH_IMM 1            /* imm_data is the sender's */
+#define QSM_WC_WITH_INV 2            /* the peer invalidated invalidated_rkey (SEND_WITH_INV) */
+
 struct qsm_wc {
 	uint64_t wr_id;
 	enum qsm_wc_status status;
 	enum qsm_wr_opcode opcode;
-	uint32_t byte_len;           /* receives: bytes that arrived */
+	uint32_t byte_len;           /* receives: bytes that arrived (written, for RECV_RDMA_WITH_IMM) */
+	uint32_t imm_data;           /* QSM_WC_WITH_IMM: as the sender set it, no byte swap */
+	uint32_t invalidated_rkey;   /* QSM_WC_WITH_INV */
+	unsigned int wc_flags;       /* QSM_WC_WITH_* (receives only) */
 };
 
-/* Flags of the post calls; any other bit is -EINVAL (there is no inline flag). */
+/* Flags of the post calls; any other bit is -EINVAL. */
 #define QSM_POST_SIGNALED 1          /* a completion even on success (sends, writes, reads) */
+#define QSM_POST_INLINE 2            /* data copied at post time; no lkey; up to max_inline_data */
+
+/* One work request of qsm_conn_post_list(): SEND, RDMA_WRITE, RDMA_READ, SEND_WITH_IMM or
+ * RDMA_WRITE_WITH_IMM. */
+struct qsm_wr {
+	uint64_t wr_id;
+	enum qsm_wr_opcode opcode;
+	const struct qsm_sge *sg_list;
+	int num_sge;                 /* 0 .. QSM_MAX_SGE */
+	uint64_t remote_addr;        /* RDMA_WRITE*, RDMA_READ */
+	uint32_t rkey;
+	unsigned int flags;          /* QSM_POST_* */
+	uint32_t imm_data;           /* *_WITH_IMM: carried as is */
+};
 
 /*
  * Registers [addr, addr+len) on the device the queue is on (its PD).  The MR belongs to the
@@ -111,6 +135,9 @@ int qsm_pool_dereg(struct qsm_pool *pool);
  * Every receive and every signaled send/write/read comes back as one call of the class's
  * `completion` handler, inside qsm_ctx_dispatch(); after the QP went to ERR they complete
  * with QSM_WC_WR_FLUSH_ERR, and a queue that is destroyed gets none.
+ * -ENOBUFS when the work queue is full: max_send_wr sends/writes/reads outstanding (an
+ * unsignaled one until a later signaled one's completion, or a flush, was taken), or
+ * max_recv_wr receives; nothing is posted, the hardware queue is never overrun.
  */
 int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge);
 int qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
@@ -119,6 +146,14 @@ int qsm_conn_post_write(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge
 			uint64_t remote_addr, uint32_t rkey, unsigned int flags);
 int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,
 		       uint64_t remote_addr, uint32_t rkey, unsigned int flags);
+/*
+ * Posts wrs[0..n) with one doorbell (one ibv_post_send of a chained list).  The checks are
+ * all-or-nothing: a bad WR (-EINVAL) or too little room for all n (-ENOBUFS) posts none.
+ * Only the device may refuse part way (rdmacm: ibv_post_send's bad_wr): then the WRs before
+ * the refused one are posted and complete as usual.  *posted (if not NULL) is how many were
+ * posted: n when 0 is returned, else what a negative errno left posted (0 but for the device).
+ */
+int qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* rdma-qsm: work requests on a queue's QP: checked at the door, refused while the queue
  * drains (the machine says where), completions handed to the class's completion handler. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "argcheck.h"
@@ -20,22 +21,54 @@ static int check_sge(const struct qsm_sge *sge, int nsge)
 	return 0;
 }
 
-static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const struct qsm_sge *sge,
-		int nsge, uint64_t remote_addr, uint32_t rkey, unsigned int flags)
-{
-	struct qsm_fabric_wr wr = {
-		.wr_id = wr_id, .opcode = op, .sg_list = sge, .num_sge = nsge,
-		.remote_addr = remote_addr, .rkey = rkey, .signaled = flags & QSM_POST_SIGNALED,
-	};
+#define POST_FLAGS (QSM_POST_SIGNALED | QSM_POST_INLINE)
 
-	qsm_check(q && !(flags & ~QSM_POST_SIGNALED) && check_sge(sge, nsge) >= 0, -EINVAL);
+/* What the door can tell of a send WR; the QP's limits (SGEs, inline size) are the fabric's. */
+static bool wr_ok(const struct qsm_wr *wr)
+{
+	switch (wr->opcode) {
+	case QSM_WR_RDMA_READ:
+		if (wr->flags & QSM_POST_INLINE)
+			return false;   /* a READ has no data to carry inline */
+		break;
+	case QSM_WR_SEND:
+	case QSM_WR_RDMA_WRITE:
+	case QSM_WR_SEND_WITH_IMM:
+	case QSM_WR_RDMA_WRITE_WITH_IMM:
+		break;
+	default:
+		return false;
+	}
+	return !(wr->flags & ~POST_FLAGS) && check_sge(wr->sg_list, wr->num_sge) >= 0;
+}
+
+int qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted)
+{
+	if (posted)
+		*posted = 0;
+	qsm_check(q && n >= 0 && (!n || wrs), -EINVAL);
+	for (int i = 0; i < n; i++)
+		qsm_check(wr_ok(&wrs[i]), -EINVAL);
 	if (q->dead)
 		return -ESTALE;
 	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
 		return -ENOTCONN;
 	if (!q->ctx->ops->post_send)
 		return -EOPNOTSUPP;
-	return q->ctx->ops->post_send(q->id, &wr);
+	if (!n)
+		return 0;
+	return q->ctx->ops->post_send(q->id, wrs, n, posted);
+}
+
+static int post(struct qsm_conn *q, enum qsm_wr_opcode op, uint64_t wr_id, const struct qsm_sge *sge,
+		int nsge, uint64_t remote_addr, uint32_t rkey, unsigned int flags)
+{
+	struct qsm_wr wr = {
+		.wr_id = wr_id, .opcode = op, .sg_list = sge, .num_sge = nsge,
+		.remote_addr = remote_addr, .rkey = rkey, .flags = flags,
+	};
+
+	return qsm_conn_post_list(q, &wr, 1, NULL);
 }
 
 int qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge,

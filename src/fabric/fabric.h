@@ -57,6 +57,15 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 
 /*
  * Data path (the same contract: calls never call back, results come as events):
+ * - post_send() posts a list wr[0..n) with one doorbell.  What is wrong with any WR (opcode,
+ *   SGEs, INLINE beyond max_inline_data or on a READ) is -EINVAL and posts none; n more WRs
+ *   than the send queue has free is -ENOBUFS and posts none.  Only the device may refuse
+ *   part way: *posted (may be NULL) says how many went, 0 returned iff all n did.
+ * - Work queue accounting, the same on both fabrics: a send WR holds a slot of max_send_wr
+ *   (as asked for in create_qp; rdmacm keeps one more for the drain marker) from its post
+ *   until its completion is taken by get_event() -- an unsignaled one until that of a later
+ *   WR of the send queue, or the DRAINED that ends the drain; a receive until its own.
+ *   Posts beyond: -ENOBUFS.  A post to a QP in ERR holds none (it is flushed, not queued).
  * - reg_mr() registers memory with the device's PD; dereg_mr() releases it.  An MR keeps
  *   its device's resources alive like a device_get() reference does.
  * - post_send()/post_recv() post on the id's QP.  Every signaled send WR and every recv WR
@@ -104,16 +113,8 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 #define qsm_fabric_sge qsm_sge
 #define qsm_fabric_wc qsm_wc
 
-struct qsm_fabric_wr {
-	uint64_t wr_id;
-	enum qsm_wr_opcode opcode;          /* SEND, RDMA_WRITE, RDMA_READ */
-	const struct qsm_fabric_sge *sg_list;
-	int num_sge;                        /* 0 .. QSM_FABRIC_MAX_SGE */
-	uint64_t remote_addr;               /* RDMA_WRITE / RDMA_READ */
-	uint32_t rkey;
-	bool signaled;
-};
-
+/* A send WR is the public one: flags QSM_POST_SIGNALED / QSM_POST_INLINE, imm_data. */
+#define qsm_fabric_wr qsm_wr
 
 #define QSM_FABRIC_PDATA_MAX 256
 
@@ -179,7 +180,7 @@ struct qsm_fabric_ops {
 	int (*reg_mr)(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		      uint32_t *lkey, uint32_t *rkey);
 	void (*dereg_mr)(struct qsm_fmr *mr);
-	int (*post_send)(struct qsm_fid *id, const struct qsm_fabric_wr *wr);
+	int (*post_send)(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 	int (*post_recv)(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 			 int num_sge);
 };

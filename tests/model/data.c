@@ -170,7 +170,7 @@ int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
 	if (kind != K_RECV && *sq != QSM_QP_RTS)
 		return -EINVAL; /* the sim: not ready to send */
 	if (kind == K_RECV && r->n_out_recv >= r->ci->max_recv_wr)
-		return settled ? -ENOMEM : MAYBE_ENOMEM;
+		return settled ? -ENOBUFS : MAYBE_ENOBUFS;
 	return 0;
 }
 
@@ -200,11 +200,11 @@ bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
 	ds.post_calls++;
 	ds.enotconn += got == -ENOTCONN;
 	ds.einval += got == -EINVAL;
-	ds.enomem += got == -ENOMEM;
-	if (want == MAYBE_ENOMEM ? got != 0 && got != -ENOMEM : got != want) {
+	ds.enobufs += got == -ENOBUFS;
+	if (want == MAYBE_ENOBUFS ? got != 0 && got != -ENOBUFS : got != want) {
 		violate("post %s (nsge %d) on a %s queue in %s (QP %d, sim QP %d, %u receives out): %d, want %d",
 			kind_names[w->kind], nsge, r->passive ? "passive" : "active", qsm_conn_state_name(r->q),
-			qsm_conn_qp_state(r->q), sq, r->n_out_recv, got, want == MAYBE_ENOMEM ? 0 : want);
+			qsm_conn_qp_state(r->q), sq, r->n_out_recv, got, want == MAYBE_ENOBUFS ? 0 : want);
 		return false;
 	}
 	if (got != 0)
@@ -342,7 +342,7 @@ unsigned post_flags(struct wrec *w, bool *bad_flags)
 {
 	w->signaled = chance(70);
 	*bad_flags = chance(1);
-	return (w->signaled ? QSM_POST_SIGNALED : 0) | (*bad_flags ? 2u : 0u);
+	return (w->signaled ? QSM_POST_SIGNALED : 0) | (*bad_flags ? 0x80u : 0u);
 }
 
 void op_send(struct rec *r, bool force)

@@ -408,7 +408,7 @@ void check_settled(void)
 	}
 	qsm_sim_get_stats(sim, &st);
 	CHECK(st.mrs == valid, "settled: the sim holds %u MRs, the live queues %u valid ones", st.mrs, valid);
-	/* max_recv_wr, exactly: one receive more is -ENOMEM */
+	/* max_recv_wr, exactly: one receive more is -ENOBUFS */
 	settled = true;
 	for (unsigned i = 0; i < nlive; i++) {
 		struct rec *r = live[i];

@@ -209,7 +209,7 @@ struct cinfo {
 };
 
 struct data_stats {
-	unsigned posted[K_COUNT], post_calls, enotconn, einval, enomem, must_fail;
+	unsigned posted[K_COUNT], post_calls, enotconn, einval, enobufs, must_fail;
 	unsigned completions, ok, flushed, errors, discarded, drained, drained_strict;
 	unsigned recv_checked, recv_empty, read_checked, write_checked, regs, deregs, enodev_tolerated;
 };
@@ -328,7 +328,7 @@ void op_mr(struct rec *r);
 bool drain_started(const struct rec *r);
 bool doc_no_qp(const struct rec *r);
 
-#define MAYBE_ENOMEM 1
+#define MAYBE_ENOBUFS 1
 
 extern bool settled;
 int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq);

@@ -80,6 +80,9 @@ struct qsm_fid {
 	int qp_wrs;                      /* CQ entries it reserved there */
 	struct qsm_list wq[2];           /* outstanding WRs (verbs.c's wr_rec), WQ_SEND and WQ_RECV */
 	unsigned wq_hw[2], wq_cap[2];    /* WRs on the QP per work queue, and the ULP's limit */
+	uint32_t inline_cap;             /* the ULP's max_inline_data (the provider may give more) */
+	struct ibv_send_wr *swr;         /* wq_cap[WQ_SEND] of them: a list's one doorbell, */
+	struct ibv_sge *ssge;            /* with QSM_FABRIC_MAX_SGE SGEs each, no allocation per post */
 	uint32_t next_seq;
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
@@ -206,7 +209,7 @@ int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);
 void qsm_rc_dereg_mr(struct qsm_fmr *m);
-int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr);
+int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		     int num_sge);
 /* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */

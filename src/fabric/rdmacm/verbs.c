@@ -105,16 +105,58 @@ static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
 	free(r);
 }
 
-/* The WR's completion, carried by its own record: no memory needed, so none is ever lost. */
+/* The WR's completion, carried by its own record: no memory needed, so none is ever lost.
+ * `wc` has what the device said beyond the status (byte_len, opcode of a receive, imm). */
+static void rec_complete_wc(struct qsm_fid *id, int wq, struct wr_rec *r, struct qsm_fabric_wc *wc)
+{
+	wc->wr_id = r->wr_id;
+	if (wc->status != QSM_WC_SUCCESS) {
+		wc->byte_len = wc->imm_data = wc->invalidated_rkey = wc->wc_flags = 0;
+		wc->opcode = (enum qsm_wr_opcode)r->opcode;
+	}
+	rec_unlink(id, wq, r);
+	qsm_pending_complete(&id->fab->pq, &r->done, id, wc);
+}
+
 static void rec_complete(struct qsm_fid *id, int wq, struct wr_rec *r, enum qsm_wc_status status,
 			 uint32_t byte_len)
 {
-	struct qsm_fabric_wc wc = { .wr_id = r->wr_id, .status = status,
-				    .opcode = (enum qsm_wr_opcode)r->opcode,
-				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
+	rec_complete_wc(id, wq, r, &(struct qsm_fabric_wc){ .status = status, .byte_len = byte_len,
+							    .opcode = (enum qsm_wr_opcode)r->opcode });
+}
 
-	rec_unlink(id, wq, r);
-	qsm_pending_complete(&id->fab->pq, &r->done, id, &wc);
+/* A successful receive: what arrived (a SEND or a WRITE_WITH_IMM), imm data, invalidation. */
+static struct qsm_fabric_wc recv_wc(const struct ibv_wc *wc)
+{
+	struct qsm_fabric_wc w = { .status = QSM_WC_SUCCESS, .byte_len = wc->byte_len,
+				   .opcode = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM ?
+					     QSM_WR_RECV_RDMA_WITH_IMM : QSM_WR_RECV };
+
+	if (wc->wc_flags & IBV_WC_WITH_IMM) {
+		w.wc_flags |= QSM_WC_WITH_IMM;
+		w.imm_data = wc->imm_data;   /* carried as is, as the sender set it */
+	}
+	if (wc->wc_flags & IBV_WC_WITH_INV) {
+		w.wc_flags |= QSM_WC_WITH_INV;
+		w.invalidated_rkey = wc->invalidated_rkey;
+	}
+	return w;
+}
+
+/* Unsignaled sends before `upto` (NULL: all) completed silently: a send queue completes in
+ * order, so a later WR's completion (or the drain marker's) frees their slots. */
+static void sends_retire_unsignaled(struct qsm_fid *id, struct wr_rec *upto)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &id->wq[WQ_SEND]) {
+		struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
+
+		if (c == upto)
+			break;
+		if (c->hw && !c->signaled)
+			rec_free(id, WQ_SEND, c);
+	}
 }
 
 /* A WR the QP will never complete (posted after ERR, or not flushed): its flush, from us. */
@@ -167,6 +209,7 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		if (id && id->draining && id->qp_serial == (wc->wr_id & ~MARKER_BIT)) {
 			id->draining = false;
 			id->qp_err = true;
+			sends_retire_unsignaled(id, NULL);
 			wq_flush_all(id);
 			pending_push(d->fab, QSM_EV_DRAINED, 0, id, NULL, false);
 		}
@@ -191,16 +234,8 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		d->fab->wc_stale++;
 		return;
 	}
-	/* Unsignaled sends before it completed silently (a send queue completes in order). */
 	if (wq == WQ_SEND)
-		qsm_list_each(pos, tmp, &id->wq[wq]) {
-			struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
-
-			if (c == r)
-				break;
-			if (c->hw && !c->signaled)
-				rec_free(id, wq, c);
-		}
+		sends_retire_unsignaled(id, r);
 	st = wc_status(d->fab, wc->status);
 	if (st == QSM_WC_SUCCESS)
 		d->fab->wc_ok++;
@@ -211,7 +246,11 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 	if (st != QSM_WC_SUCCESS)
 		id->qp_err = true;   /* an error completion moves an RC QP to ERR */
 	/* wc->opcode is undefined in error completions: the WR's own is reported */
-	if (wq == WQ_RECV || r->signaled || st != QSM_WC_SUCCESS)
+	if (wq == WQ_RECV && st == QSM_WC_SUCCESS) {
+		struct qsm_fabric_wc w = recv_wc(wc);
+
+		rec_complete_wc(id, wq, r, &w);
+	} else if (wq == WQ_RECV || r->signaled || st != QSM_WC_SUCCESS)
 		rec_complete(id, wq, r, st, wc->byte_len);
 	else
 		rec_free(id, wq, r);
@@ -229,6 +268,14 @@ void qsm_rc_harvest_completions(struct rc_fabric *f)
 		if (d->cc)
 			qsm_rc_cq_harvest(d, wc_take);
 	}
+}
+
+static void send_lists_free(struct qsm_fid *id)
+{
+	free(id->swr);
+	free(id->ssge);
+	id->swr = NULL;
+	id->ssge = NULL;
 }
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
@@ -251,6 +298,13 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	r = qsm_rc_dev_get_resources(d, id->cm);
 	if (r < 0)
 		return r;
+	/* A list's WRs, built where no post allocates; at least one, for a cap of 0. */
+	id->swr = calloc(a->max_send_wr + 1, sizeof(*id->swr));
+	id->ssge = calloc((size_t)(a->max_send_wr + 1) * QSM_FABRIC_MAX_SGE, sizeof(*id->ssge));
+	if (!id->swr || !id->ssge) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	/* One more of each for the drain marker. */
 	wrs = (int)a->max_send_wr + 1 + (int)a->max_recv_wr + 1;
 	cq = qsm_rc_cq_get(d, wrs, &r);
@@ -274,6 +328,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
 	id->wq_cap[WQ_SEND] = a->max_send_wr;
 	id->wq_cap[WQ_RECV] = a->max_recv_wr;
+	id->inline_cap = a->max_inline_data;
 	id->qp_serial = ++id->fab->next_qp_serial;
 	id->qp_num = id->cm->qp->qp_num;
 	id->cq = cq;
@@ -282,6 +337,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	qsm_list_add_tail(&d->qps[id->qp_num % QP_BUCKETS], &id->qp_node);
 	return 0;
 fail:
+	send_lists_free(id);
 	qsm_rc_dev_settle(d);
 	return r;
 }
@@ -301,6 +357,7 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 	qsm_pending_drop(&id->fab->pq, id, NULL);
 	qsm_rc_cq_put(d, id->cq, id->qp_wrs);
 	id->cq = NULL;
+	send_lists_free(id);
 	d->nqps--;
 	qsm_rc_dev_settle(d);
 }
@@ -435,66 +492,165 @@ static int rec_posted(struct qsm_fid *id, int wq, struct wr_rec *r, int ret)
 
 /* Posted to a QP known to be in ERR: not given to the QP (rxe 6.1 may never flush a receive
  * posted in ERR), flushed by us, behind what the work queue still holds. */
+static void post_flushed_rec(struct qsm_fid *id, int wq, struct wr_rec *r)
+{
+	if (qsm_list_empty(&id->wq[wq])) {
+		id->fab->wc_synth++;
+		rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
+		return;
+	}
+	qsm_list_add_tail(&id->wq[wq], &r->node);
+}
+
 static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_opcode op)
 {
 	struct wr_rec *r = rec_new(id, wr_id, op, true);
 
 	if (!r)
 		return -ENOMEM;
-	if (qsm_list_empty(&id->wq[wq])) {
-		id->fab->wc_synth++;
-		rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
-		return 0;
-	}
-	qsm_list_add_tail(&id->wq[wq], &r->node);
+	post_flushed_rec(id, wq, r);
 	return 0;
 }
 
-int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr)
+static int send_opcode(enum qsm_wr_opcode op)
 {
-	struct ibv_sge sge[QSM_FABRIC_MAX_SGE];
-	struct ibv_send_wr swr, *bad;
-	struct wr_rec *r;
-
-	if (!id || !wr || !qsm_rc_fid_has_qp(id) || !sges_ok(wr->sg_list, wr->num_sge))
-		return -EINVAL;
-	memset(&swr, 0, sizeof(swr));
-	switch (wr->opcode) {
-	case QSM_WR_SEND:
-		swr.opcode = IBV_WR_SEND;
-		break;
-	case QSM_WR_RDMA_WRITE:
-		swr.opcode = IBV_WR_RDMA_WRITE;
-		break;
-	case QSM_WR_RDMA_READ:
-		swr.opcode = IBV_WR_RDMA_READ;
-		break;
-	default:
-		return -EINVAL;
+	switch (op) {
+	case QSM_WR_SEND: return IBV_WR_SEND;
+	case QSM_WR_RDMA_WRITE: return IBV_WR_RDMA_WRITE;
+	case QSM_WR_RDMA_READ: return IBV_WR_RDMA_READ;
+	case QSM_WR_SEND_WITH_IMM: return IBV_WR_SEND_WITH_IMM;
+	case QSM_WR_RDMA_WRITE_WITH_IMM: return IBV_WR_RDMA_WRITE_WITH_IMM;
+	default: return -1;
 	}
-	if (id->qp_err)
-		return post_flushed(id, WQ_SEND, wr->wr_id, wr->opcode);
+}
+
+static uint64_t sges_len(const struct qsm_fabric_sge *sg, int n)
+{
+	uint64_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += sg[i].length;
+	return len;
+}
+
+/* What is wrong with the WR itself: the call fails, nothing of the list is posted. */
+static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
+{
+	if (send_opcode(wr->opcode) < 0 || !sges_ok(wr->sg_list, wr->num_sge) ||
+	    (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE)))
+		return false;
+	if (wr->flags & QSM_POST_INLINE)
+		return wr->opcode != QSM_WR_RDMA_READ &&
+		       sges_len(wr->sg_list, wr->num_sge) <= id->inline_cap;
+	return true;
+}
+
+/* Records for n WRs on `list`, or none and false if memory is short. */
+static bool recs_new(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, struct qsm_list *list)
+{
+	qsm_list_init(list);
+	for (int i = 0; i < n; i++) {
+		struct wr_rec *r = rec_new(id, wr[i].wr_id, wr[i].opcode,
+					   id->qp_err || (wr[i].flags & QSM_POST_SIGNALED));
+
+		if (!r) {
+			struct qsm_list *pos, *tmp;
+
+			qsm_list_each(pos, tmp, list) {
+				qsm_list_del(pos);
+				free(qsm_container_of(pos, struct wr_rec, node));
+			}
+			return false;
+		}
+		qsm_list_add_tail(list, &r->node);
+	}
+	return true;
+}
+
+static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, uint32_t seq, bool last)
+{
+	struct ibv_send_wr *s = &id->swr[i];
+	struct ibv_sge *sge = &id->ssge[(size_t)i * QSM_FABRIC_MAX_SGE];
+
+	memset(s, 0, sizeof(*s));
+	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
+	s->wr_id = wr_tag(id, WQ_SEND, seq);
+	s->next = last ? NULL : &id->swr[i + 1];
+	s->sg_list = wr->num_sge ? sge : NULL;
+	s->num_sge = wr->num_sge;
+	s->opcode = (enum ibv_wr_opcode)send_opcode(wr->opcode);
+	if (wr->flags & QSM_POST_SIGNALED)
+		s->send_flags |= IBV_SEND_SIGNALED;
+	if (wr->flags & QSM_POST_INLINE)
+		s->send_flags |= IBV_SEND_INLINE;   /* the provider copies the data now, no lkey */
+	if (wr->opcode == QSM_WR_SEND_WITH_IMM || wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM)
+		s->imm_data = wr->imm_data;         /* carried as is: the receiver sees this value */
+	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_SEND_WITH_IMM) {
+		s->wr.rdma.remote_addr = wr->remote_addr;
+		s->wr.rdma.rkey = wr->rkey;
+	}
+}
+
+/*
+ * The list wr[0..n) with one doorbell.  Checked whole first (-EINVAL, -ENOBUFS, -ENOMEM post
+ * none); then one ibv_post_send of the chain, whose bad_wr may leave a prefix posted.
+ */
+int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted)
+{
+	struct ibv_send_wr *bad = NULL;
+	struct qsm_list list, *pos, *tmp;
+	int i = 0, k, ret;
+
+	if (posted)
+		*posted = 0;
+	if (!id || n < 0 || (n && !wr) || !qsm_rc_fid_has_qp(id))
+		return -EINVAL;
+	for (k = 0; k < n; k++)
+		if (!wr_ok(id, &wr[k]))
+			return -EINVAL;
 	/* Refused here, not by verbs: rxe's provider queues the WR in the shared send queue
 	 * before the kernel refuses the doorbell (-EINVAL before RTS), and the QP sends it once
 	 * it reaches RTS -- a failed post that takes effect later, and a completion nobody
 	 * expects (a peer's receive taken by it). */
-	if (!id->qp_rts)
+	if (!id->qp_err && !id->qp_rts)
 		return -EINVAL;
-	if (id->wq_hw[WQ_SEND] >= id->wq_cap[WQ_SEND])
-		return -ENOMEM;   /* the last slot is the drain marker's */
-	r = rec_new(id, wr->wr_id, wr->opcode, wr->signaled);
-	if (!r)
+	/* the last slot is the drain marker's */
+	if (!id->qp_err && (unsigned)n > id->wq_cap[WQ_SEND] - id->wq_hw[WQ_SEND])
+		return -ENOBUFS;
+	if (!n)
+		return 0;
+	if (!recs_new(id, wr, n, &list))
 		return -ENOMEM;
-	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
-	swr.wr_id = wr_tag(id, WQ_SEND, r->seq);
-	swr.sg_list = wr->num_sge ? sge : NULL;
-	swr.num_sge = wr->num_sge;
-	swr.send_flags = wr->signaled ? IBV_SEND_SIGNALED : 0;
-	if (wr->opcode != QSM_WR_SEND) {
-		swr.wr.rdma.remote_addr = wr->remote_addr;
-		swr.wr.rdma.rkey = wr->rkey;
+	if (id->qp_err) {
+		/* not given to the QP (see post_flushed): flushed by us, in order */
+		qsm_list_each(pos, tmp, &list) {
+			struct wr_rec *r = qsm_container_of(pos, struct wr_rec, node);
+
+			qsm_list_del(&r->node);
+			post_flushed_rec(id, WQ_SEND, r);
+		}
+		if (posted)
+			*posted = n;
+		return 0;
 	}
-	return rec_posted(id, WQ_SEND, r, ibv_post_send(id->cm->qp, &swr, &bad));
+	qsm_list_each(pos, tmp, &list) {
+		swr_fill(id, i, &wr[i], qsm_container_of(pos, struct wr_rec, node)->seq, i == n - 1);
+		i++;
+	}
+	ret = ibv_post_send(id->cm->qp, id->swr, &bad);
+	k = ret ? (int)(bad - id->swr) : n;
+	if (ret && (k < 0 || k > n))
+		k = 0;
+	i = 0;
+	qsm_list_each(pos, tmp, &list) {
+		struct wr_rec *r = qsm_container_of(pos, struct wr_rec, node);
+
+		qsm_list_del(&r->node);
+		rec_posted(id, WQ_SEND, r, i++ < k ? 0 : ret);
+	}
+	if (posted)
+		*posted = k;
+	return ret ? (ret > 0 ? -ret : -EINVAL) : 0;
 }
 
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
@@ -509,7 +665,7 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	if (id->qp_err)
 		return post_flushed(id, WQ_RECV, wr_id, QSM_WR_RECV);
 	if (id->wq_hw[WQ_RECV] >= id->wq_cap[WQ_RECV])
-		return -ENOMEM;
+		return -ENOBUFS;
 	r = rec_new(id, wr_id, QSM_WR_RECV, true);
 	if (!r)
 		return -ENOMEM;

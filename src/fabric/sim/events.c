@@ -91,6 +91,8 @@ static struct sim_event *event_new(struct sim_fabric *fab, const struct post *p)
 	e->status = p->status;
 	if (p->wc)
 		e->wc = *p->wc;
+	e->sq_frees = p->sq_frees;
+	e->rq_free = p->rq_free;
 	e->len = p->wire;
 	if (p->len)
 		memcpy(e->pdata, p->pdata, p->len);
@@ -222,6 +224,10 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	ev->private_data_len = e->len;
 	memcpy(ev->private_data, e->pdata, e->len);
 	ev->wc = e->wc;
+	if (e->id) {   /* taken: as rdmacm frees slots at ibv_poll_cq */
+		e->id->nsends -= e->sq_frees;
+		e->id->nrecvs -= e->rq_free;
+	}
 	f->sim->st.events_delivered++;
 	free(e);
 	return 0;

@@ -14,19 +14,37 @@
 
 /* One work completion, to the id's owner.  Completions only: the runtime makes the QP's
  * WC_ERROR of its first error completion (src/fabric/fabric.h). */
-static void complete(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcode,
-		     enum qsm_wc_status status, uint32_t byte_len)
+/* sq_frees: send queue slots its taking frees; rq_free: a receive's that held a slot. */
+static void complete_wc(struct sim_id *id, struct qsm_fabric_wc *wc, unsigned sq_frees, bool rq_free)
 {
-	struct qsm_fabric_wc wc = { .wr_id = wr_id, .status = status, .opcode = opcode,
-				    .byte_len = status == QSM_WC_SUCCESS ? byte_len : 0 };
-
-	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = &wc });
+	if (wc->status != QSM_WC_SUCCESS)
+		wc->byte_len = wc->imm_data = wc->wc_flags = 0;
+	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = wc, .sq_frees = sq_frees,
+				 .rq_free = rq_free });
 }
 
-static void recv_free(struct sim_id *id, struct sim_recv *r)
+/* A flush: of a receive the QP held (`held`), or of a WR posted in ERR, which holds no slot. */
+static void flush(struct sim_id *id, uint64_t wr_id, enum qsm_wr_opcode opcode, bool held)
 {
-	qsm_list_del(&r->node);
-	id->nrecvs--;
+	complete_wc(id, &(struct qsm_fabric_wc){ .wr_id = wr_id, .status = QSM_WC_WR_FLUSH_ERR,
+						 .opcode = opcode }, 0, held);
+}
+
+/* The completion of a send WR on the send queue: taking it frees its slot and those of the
+ * unsignaled WRs before it (a send queue completes in order). */
+static void send_complete(struct sim_id *id, const struct qsm_fabric_wr *wr, enum qsm_wc_status status,
+			  uint32_t byte_len)
+{
+	unsigned frees = id->sends_unsig + 1;
+
+	id->sends_unsig = 0;
+	complete_wc(id, &(struct qsm_fabric_wc){ .wr_id = wr->wr_id, .status = status,
+						 .opcode = wr->opcode, .byte_len = byte_len }, frees, false);
+}
+
+static void recv_free(struct sim_recv *r)
+{
+	qsm_list_del(&r->node);   /* its slot: until its completion is taken (nrecvs) */
 	free(r);
 }
 
@@ -42,8 +60,8 @@ void sim_qp_err(struct sim_id *id)
 	while (!qsm_list_empty(&id->recvs)) {
 		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
 
-		complete(id, r->wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
-		recv_free(id, r);
+		flush(id, r->wr_id, QSM_WR_RECV, true);
+		recv_free(r);
 	}
 }
 
@@ -69,8 +87,9 @@ static void qp_destroy(struct sim_id *id)
 	if (id->qp == SIM_QP_NONE)
 		return;
 	while (!qsm_list_empty(&id->recvs))
-		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
+		recv_free(qsm_container_of(id->recvs.next, struct sim_recv, node));
 	sim_drop_events(id, QSM_EV_COMPLETION);
+	id->nsends = id->sends_unsig = id->nrecvs = 0;
 	id->qp = SIM_QP_NONE;
 	id->dev->nqps--;
 	sim->st.qps--;
@@ -95,6 +114,7 @@ int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr)
 		return -ENOMEM;
 	id->qp = SIM_QP_INIT;
 	id->cap = *attr;
+	id->nsends = id->sends_unsig = id->nrecvs = 0;
 	id->dev->nqps++;
 	sim->st.qps++;
 	return 0;
@@ -117,7 +137,9 @@ int sim_drain(struct qsm_fid *fid)
 	/* No device check: draining is how the runtime lets go of a device being removed.
 	 * The marker is posted last, so it flushes behind every WR posted before it. */
 	sim_qp_err(id);
-	sim_post_simple(id, QSM_EV_DRAINED, 0);
+	/* the marker's completion frees the unsignaled WRs' slots, as any of the send queue's */
+	sim_post(&(struct post){ .id = id, .event = QSM_EV_DRAINED, .sq_frees = id->sends_unsig });
+	id->sends_unsig = 0;
 	return 0;
 }
 
@@ -278,14 +300,38 @@ static void sges_copy(const struct qsm_fabric_sge *dst, int dn, const struct qsm
 /* A send WR that failed: its completion, signaled or not, and the QP goes to ERR. */
 static void send_failed(struct sim_id *id, const struct qsm_fabric_wr *wr, enum qsm_wc_status status)
 {
-	complete(id, wr->wr_id, wr->opcode, status, 0);
+	send_complete(id, wr, status, 0);
 	sim_qp_err(id);
 }
 
 static void send_done(struct sim_id *id, const struct qsm_fabric_wr *wr, uint32_t byte_len)
 {
-	if (wr->signaled)
-		complete(id, wr->wr_id, wr->opcode, QSM_WC_SUCCESS, byte_len);
+	if (wr->flags & QSM_POST_SIGNALED)
+		send_complete(id, wr, QSM_WC_SUCCESS, byte_len);
+	else
+		id->sends_unsig++;
+}
+
+static bool has_imm(const struct qsm_fabric_wr *wr)
+{
+	return wr->opcode == QSM_WR_SEND_WITH_IMM || wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM;
+}
+
+/* The receive a SEND or WRITE_WITH_IMM consumed, completed at the responder. */
+static void recv_done(struct sim_id *peer, struct sim_recv *r, const struct qsm_fabric_wr *wr,
+		      uint32_t len)
+{
+	struct qsm_fabric_wc wc = {
+		.wr_id = r->wr_id, .status = QSM_WC_SUCCESS, .byte_len = len,
+		.opcode = wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM ? QSM_WR_RECV_RDMA_WITH_IMM : QSM_WR_RECV,
+	};
+
+	if (has_imm(wr)) {
+		wc.wc_flags = QSM_WC_WITH_IMM;
+		wc.imm_data = wr->imm_data;
+	}
+	complete_wc(peer, &wc, 0, true);
+	recv_free(r);
 }
 
 /*
@@ -313,15 +359,15 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	    len > sges_len(r->sge, r->num_sge))
 		rstatus = QSM_WC_LOC_QP_OP_ERR;
 	if (rstatus != QSM_WC_SUCCESS) {
-		complete(peer, r->wr_id, QSM_WR_RECV, rstatus, 0);
-		recv_free(peer, r);
+		complete_wc(peer, &(struct qsm_fabric_wc){ .wr_id = r->wr_id, .status = rstatus,
+							   .opcode = QSM_WR_RECV }, 0, true);
+		recv_free(r);
 		sim_qp_err(peer);
 		send_failed(id, wr, QSM_WC_REM_OP_ERR);
 		return;
 	}
 	sges_copy(r->sge, r->num_sge, wr->sg_list, wr->num_sge);
-	complete(peer, r->wr_id, QSM_WR_RECV, QSM_WC_SUCCESS, (uint32_t)len);
-	recv_free(peer, r);
+	recv_done(peer, r, wr, (uint32_t)len);
 	send_done(id, wr, 0);
 }
 
@@ -334,11 +380,22 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
  */
 static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fabric_wr *wr)
 {
-	bool write = wr->opcode == QSM_WR_RDMA_WRITE;
+	bool write = wr->opcode != QSM_WR_RDMA_READ;
 	uint64_t len = sges_len(wr->sg_list, wr->num_sge);
 	struct qsm_fabric_sge remote = { .addr = wr->remote_addr, .length = (uint32_t)len };
+	struct sim_recv *r = NULL;
 
+	/* WRITE_WITH_IMM needs a receive as a SEND does (rxe checks it before the rkey) */
+	if (has_imm(wr)) {
+		if (qsm_list_empty(&peer->recvs)) {
+			send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
+			return;
+		}
+		r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
+	}
 	if (!len) {
+		if (r)
+			recv_done(peer, r, wr, 0);
 		send_done(id, wr, 0);
 		return;
 	}
@@ -352,6 +409,8 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 		sges_copy(&remote, 1, wr->sg_list, wr->num_sge);
 	else
 		sges_copy(wr->sg_list, wr->num_sge, &remote, 1);
+	if (r)
+		recv_done(peer, r, wr, (uint32_t)len);
 	send_done(id, wr, write ? 0 : (uint32_t)len);
 }
 
@@ -369,49 +428,96 @@ static int sges_check(const struct qsm_fabric_sge *sg, int n, uint32_t asked)
 	return 0;
 }
 
-/*
- * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
- * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
- * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.
- */
-int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr)
+/* What is wrong with the WR itself, which fails the call (ibv_post_send's EINVAL). */
+static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
 {
-	struct sim_id *id = to_id(fid);
-	struct sim_id *peer;
-
-	if (!id || !wr || id->qp == SIM_QP_NONE)
+	switch (wr->opcode) {
+	case QSM_WR_SEND:
+	case QSM_WR_RDMA_WRITE:
+	case QSM_WR_SEND_WITH_IMM:
+	case QSM_WR_RDMA_WRITE_WITH_IMM:
+		break;
+	case QSM_WR_RDMA_READ:
+		if (wr->flags & QSM_POST_INLINE)
+			return -EINVAL;
+		break;
+	default:
 		return -EINVAL;
-	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_RDMA_WRITE && wr->opcode != QSM_WR_RDMA_READ)
+	}
+	if (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE))
 		return -EINVAL;
 	if (sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
 		return -EINVAL;
-	if (id->qp == SIM_QP_ERR) {
-		complete(id, wr->wr_id, wr->opcode, QSM_WC_WR_FLUSH_ERR, 0);
-		return 0;
-	}
-	if (id->qp != SIM_QP_RTS)
+	if ((wr->flags & QSM_POST_INLINE) && sges_len(wr->sg_list, wr->num_sge) > id->cap.max_inline_data)
 		return -EINVAL;
+	return 0;
+}
 
-	/* READ writes what comes back into the local SGEs. */
-	if (!sges_valid(id->dev, wr->sg_list, wr->num_sge,
+/* One WR on the send queue of a QP that was RTS when the list was posted; it holds a slot. */
+static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
+{
+	struct sim_id *peer;
+
+	id->nsends++;
+	/* an earlier WR of the same list failed: the QP flushes the rest */
+	if (id->qp == SIM_QP_ERR) {
+		send_complete(id, wr, QSM_WC_WR_FLUSH_ERR, 0);
+		return;
+	}
+	/* READ writes what comes back into the local SGEs; inline data needs no lkey (it was
+	 * copied at post time, which is when the sim carries every WR out). */
+	if (!(wr->flags & QSM_POST_INLINE) &&
+	    !sges_valid(id->dev, wr->sg_list, wr->num_sge,
 			wr->opcode == QSM_WR_RDMA_READ ? QSM_ACCESS_LOCAL_WRITE : 0)) {
 		send_failed(id, wr, QSM_WC_LOC_PROT_ERR);
-		return 0;
+		return;
 	}
 	if (sges_len(wr->sg_list, wr->num_sge) > MSG_MAX) {
 		send_failed(id, wr, QSM_WC_LOC_LEN_ERR);
-		return 0;
+		return;
 	}
 	/* A responder that is gone or in ERR drops the packets: the transport retries run out. */
 	peer = id->peer;
 	if (!peer || peer->qp != SIM_QP_RTS) {
 		send_failed(id, wr, QSM_WC_RETRY_EXC_ERR);
-		return 0;
+		return;
 	}
-	if (wr->opcode == QSM_WR_SEND)
+	if (wr->opcode == QSM_WR_SEND || wr->opcode == QSM_WR_SEND_WITH_IMM)
 		send_to(id, peer, wr);
 	else
 		rdma_to(id, peer, wr);
+}
+
+/*
+ * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
+ * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
+ * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.  A list is
+ * checked whole first, so a call fails with nothing posted or posts all of it.
+ */
+int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (posted)
+		*posted = 0;
+	if (!id || n < 0 || (n && !wr) || id->qp == SIM_QP_NONE)
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		if (wr_check(id, &wr[i]) < 0)
+			return -EINVAL;
+	if (id->qp == SIM_QP_ERR) {
+		for (int i = 0; i < n; i++)
+			flush(id, wr[i].wr_id, wr[i].opcode, false);
+	} else {
+		if (id->qp != SIM_QP_RTS)
+			return -EINVAL;
+		if ((unsigned)n > id->cap.max_send_wr - id->nsends)
+			return -ENOBUFS;
+		for (int i = 0; i < n; i++)
+			wr_execute(id, &wr[i]);
+	}
+	if (posted)
+		*posted = n;
 	return 0;
 }
 
@@ -427,11 +533,11 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 	if (sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
 		return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
-		complete(id, wr_id, QSM_WR_RECV, QSM_WC_WR_FLUSH_ERR, 0);
+		flush(id, wr_id, QSM_WR_RECV, false);
 		return 0;
 	}
 	if (id->nrecvs >= id->cap.max_recv_wr)
-		return -ENOMEM;
+		return -ENOBUFS;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;

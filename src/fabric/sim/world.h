@@ -99,7 +99,10 @@ struct sim_id {
 	enum sim_qp qp;
 	/* The QP's data path.  Sends execute when posted, so only receives wait. */
 	struct qsm_list recvs;
-	unsigned nrecvs;
+	unsigned nrecvs;                     /* receive slots held: posted, completion not taken */
+	/* Send queue slots held: by WRs whose completion is not taken yet, and by the unsignaled
+	 * ones since the last completion of the send queue (sends_unsig of them). */
+	unsigned nsends, sends_unsig;
 	struct qsm_fabric_qp_attr cap;       /* as asked for; 0 SGEs means 1, as rdmacm does */
 };
 
@@ -113,6 +116,8 @@ struct sim_event {
 	int event;
 	int status;
 	struct qsm_fabric_wc wc;             /* QSM_EV_COMPLETION */
+	unsigned sq_frees;                   /* send queue slots freed when it is taken */
+	bool rq_free;                        /* a receive's: its slot is freed when it is taken */
 	size_t len;
 	uint8_t pdata[QSM_SIM_REP_PDATA];    /* the largest CM private data */
 };
@@ -180,6 +185,8 @@ struct post {
 	int event;
 	int status;
 	const struct qsm_fabric_wc *wc;      /* QSM_EV_COMPLETION */
+	unsigned sq_frees;
+	bool rq_free;
 	const void *pdata;
 	size_t len;
 	size_t wire;                         /* the CM message's private data size: len is padded to it */
@@ -226,7 +233,7 @@ int sim_drain(struct qsm_fid *fid);
 int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
 	       uint32_t *lkey, uint32_t *rkey);
 void sim_dereg_mr(struct qsm_fmr *fmr);
-int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr);
+int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted);
 int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		  int num_sge);
 
