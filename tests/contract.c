@@ -22,6 +22,7 @@ char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;
 const struct qsm_fabric_qp_attr qp_attr = {
 	.max_send_wr = 16, .max_recv_wr = 16,
 	.max_send_sge = QSM_FABRIC_MAX_SGE, .max_recv_sge = QSM_FABRIC_MAX_SGE,
+	.max_inline_data = 64,
 };
 
 
@@ -916,6 +917,299 @@ START_TEST(test_destroy_id_discards_outstanding_recvs_without_completions)
 }
 END_TEST
 
+/* ---- work queue accounting, lists, inline and immediate data ---- */
+
+/* A signaled or unsignaled RDMA WRITE of `len` bytes from src to the region `rd` of the peer. */
+static struct qsm_fabric_wr write_wr(uint64_t wr_id, const struct qsm_fabric_sge *s, const struct region *rd,
+				     unsigned flags)
+{
+	return (struct qsm_fabric_wr){ .wr_id = wr_id, .opcode = QSM_WR_RDMA_WRITE, .sg_list = s,
+				       .num_sge = 1, .remote_addr = (uintptr_t)rd->mem, .rkey = rd->rkey,
+				       .flags = flags };
+}
+
+START_TEST(test_send_queue_holds_max_send_wr_until_their_completions_are_taken)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 1, 2, 3 }, dst[8] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+	struct qsm_fabric_wr wr;
+	unsigned n = qp_attr.max_send_wr;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	s = sge(&rs, 0, 8);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(post_wr(fc, a, 1 + i, QSM_WR_RDMA_WRITE, &s, 1, (uintptr_t)dst, rd.rkey), 0);
+	/* Full: refused, not posted, whatever the kind. */
+	ck_assert_int_eq(post_wr(fc, a, 99, QSM_WR_RDMA_WRITE, &s, 1, (uintptr_t)dst, rd.rkey), -ENOBUFS);
+	ck_assert_int_eq(post_send1(fc, a, 99, s), -ENOBUFS);
+	ck_assert_int_eq(post_wr(fc, a, 99, QSM_WR_RDMA_READ, &s, 0, (uintptr_t)dst, rd.rkey), -ENOBUFS);
+	for (unsigned i = 0; i < n; i++)
+		expect_wc(fc, &CLI, 1 + i, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fc);
+
+	/* Unsignaled WRs hold their slots until a later one's completion is taken. */
+	for (unsigned i = 0; i < n - 1; i++) {
+		wr = write_wr(100 + i, &s, &rd, 0);
+		ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
+	}
+	wr = write_wr(200, &s, &rd, QSM_POST_SIGNALED);
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), -ENOBUFS);
+	expect_wc(fc, &CLI, 200, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fc);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(post_wr(fc, a, 300 + i, QSM_WR_RDMA_WRITE, &s, 1, (uintptr_t)dst, rd.rkey), 0);
+	ck_assert_int_eq(post_wr(fc, a, 399, QSM_WR_RDMA_WRITE, &s, 1, (uintptr_t)dst, rd.rkey), -ENOBUFS);
+	for (unsigned i = 0; i < n; i++)
+		expect_wc(fc, &CLI, 300 + i, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_bytes(dst, src, 8);
+	expect_none(fc);
+	expect_none(fs);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_drain_frees_the_slots_of_unsignaled_sends_without_a_completion)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 9 }, dst[8] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s;
+	struct qsm_fabric_wr wr;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	s = sge(&rs, 0, 8);
+	for (int i = 0; i < 3; i++) {
+		wr = write_wr(1 + i, &s, &rd, 0);
+		ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
+	}
+	expect_none(fc);
+	/* They succeeded: the drain's end frees them, and reports none (only errors come back). */
+	ck_assert_int_eq(fc->ops->drain(a), 0);
+	expect(fc, QSM_EV_DRAINED, &CLI);
+	expect_none(fc);
+	expect_bytes(dst, src, 8);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_full_receive_queue_is_enobufs_until_a_receive_completion_is_taken)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[4] = { 7 }, dst[4] = { 0 };
+	struct region rs, rd;
+	unsigned n = qp_attr.max_recv_wr;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 0, 4)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 199, sge(&rd, 0, 4)), -ENOBUFS);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 4)), 0);
+	expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	ck_assert_int_eq(post_recv1(fs, p, 200, sge(&rd, 0, 4)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 201, sge(&rd, 0, 4)), -ENOBUFS);
+	expect_none(fs);
+	ck_assert_int_eq(fs->ops->drain(p), 0);
+	for (unsigned i = 1; i < n; i++)
+		expect_wc(fs, &SRV, 100 + i, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect_wc(fs, &SRV, 200, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_DRAINED, &SRV);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16], dst[3 * 8] = { 0 }, wdst[16] = { 0 };
+	struct region rs, rd, rw;
+	struct qsm_fabric_sge s[4];
+	struct qsm_fabric_wr wrs[17];
+	int posted = -1;
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 3);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	rw = reg(fs, p, wdst, sizeof(wdst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+		s[i] = sge(&rs, i, i + 1);
+		wrs[i] = (struct qsm_fabric_wr){ .wr_id = 1 + i, .opcode = QSM_WR_SEND, .sg_list = &s[i],
+						 .num_sge = 1, .flags = QSM_POST_SIGNALED };
+	}
+	s[3] = sge(&rs, 0, 16);
+	wrs[3] = write_wr(4, &s[3], &rw, QSM_POST_SIGNALED);
+
+	/* A bad WR anywhere fails the list: nothing is posted. */
+	wrs[4] = wrs[3];
+	wrs[4].opcode = QSM_WR_RECV;
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 5, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 0);
+	wrs[4] = wrs[3];
+	wrs[4].num_sge = QSM_FABRIC_MAX_SGE + 1;
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 5, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 0);
+	/* More than the send queue has room for: nothing is posted. */
+	for (int i = 4; i < 17; i++)
+		wrs[i] = write_wr(10 + i, &s[3], &rw, QSM_POST_SIGNALED);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, (int)qp_attr.max_send_wr + 1, &posted), -ENOBUFS);
+	ck_assert_int_eq(posted, 0);
+	expect_none(fs);
+	expect_none(fc);
+
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 4, &posted), 0);
+	ck_assert_int_eq(posted, 4);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(expect_wc(fs, &SRV, 100 + i, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, i + 1);
+		ck_assert_uint_eq(ev.wc.wc_flags, 0);
+		expect_bytes(dst + 8 * i, src + i, i + 1);
+	}
+	for (int i = 0; i < 3; i++)
+		expect_wc(fc, &CLI, 1 + i, QSM_WC_SUCCESS, QSM_WR_SEND);
+	expect_wc(fc, &CLI, 4, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_bytes(wdst, src, 16);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 0, &posted), 0);
+	ck_assert_int_eq(posted, 0);
+	expect_none(fs);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fs->ops->dereg_mr(rw.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[80], want[80], dst[80] = { 0 }, wdst[80] = { 0 };
+	struct region rd, rw;
+	struct qsm_fabric_sge s = { .addr = (uintptr_t)src, .length = qp_attr.max_inline_data, .lkey = 0 };
+	struct qsm_fabric_wr wr = { .wr_id = 1, .opcode = QSM_WR_SEND, .sg_list = &s, .num_sge = 1,
+				    .flags = QSM_POST_SIGNALED | QSM_POST_INLINE };
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 11);
+	memcpy(want, src, sizeof(want));
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	rw = reg(fs, p, wdst, sizeof(wdst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, sizeof(dst))), 0);
+
+	/* One byte beyond max_inline_data, or inline on a READ: the WR itself is wrong. */
+	s.length = qp_attr.max_inline_data + 1;
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), -EINVAL);
+	wr.opcode = QSM_WR_RDMA_READ;
+	s.length = 8;
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), -EINVAL);
+	expect_none(fs);
+
+	/* Unregistered memory (lkey 0), changed right after the post: the copy was taken. */
+	wr.opcode = QSM_WR_SEND;
+	s.length = qp_attr.max_inline_data;
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
+	memset(src, 0xee, sizeof(src));
+	ck_assert_uint_eq(expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, qp_attr.max_inline_data);
+	expect_bytes(dst, want, qp_attr.max_inline_data);
+	expect_zero(dst + qp_attr.max_inline_data, sizeof(dst) - qp_attr.max_inline_data);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+
+	memcpy(src, want, sizeof(src));
+	wr = write_wr(2, &s, &rw, QSM_POST_SIGNALED | QSM_POST_INLINE);
+	s.length = 24;
+	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
+	memset(src, 0xee, sizeof(src));
+	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_bytes(wdst, want, 24);
+	expect_zero(wdst + 24, sizeof(wdst) - 24);
+	expect_none(fs);
+	expect_none(fc);
+
+	fs->ops->dereg_mr(rd.mr);
+	fs->ops->dereg_mr(rw.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[32], dst[32] = { 0 }, wdst[32] = { 0 };
+	struct region rs, rd, rw;
+	struct qsm_fabric_sge s[2];
+	struct qsm_fabric_wr wrs[2];
+	struct qsm_fabric_wc *wc;
+
+	connect_pair(&a, &p);
+	fill(src, sizeof(src), 21);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	rw = reg(fs, p, wdst, sizeof(wdst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, 16)), 0);
+	ck_assert_int_eq(post_recv1(fs, p, 101, sge(&rd, 16, 16)), 0);
+	s[0] = sge(&rs, 0, 12);
+	s[1] = sge(&rs, 8, 20);
+	wrs[0] = (struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND_WITH_IMM, .sg_list = &s[0],
+					 .num_sge = 1, .flags = QSM_POST_SIGNALED, .imm_data = 0x12345678 };
+	wrs[1] = write_wr(2, &s[1], &rw, QSM_POST_SIGNALED);
+	wrs[1].opcode = QSM_WR_RDMA_WRITE_WITH_IMM;
+	wrs[1].remote_addr = (uintptr_t)(wdst + 4);
+	wrs[1].imm_data = 0xfedcba98;
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 2, NULL), 0);
+
+	wc = expect_wc(fs, &SRV, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	ck_assert_uint_eq(wc->byte_len, 12);
+	ck_assert_uint_eq(wc->wc_flags, QSM_WC_WITH_IMM);
+	ck_assert_uint_eq(wc->imm_data, 0x12345678);
+	ck_assert_uint_eq(wc->invalidated_rkey, 0);
+	expect_bytes(dst, src, 12);
+	/* The write consumed the next receive: its memory untouched, the length written reported. */
+	wc = expect_wc(fs, &SRV, 101, QSM_WC_SUCCESS, QSM_WR_RECV_RDMA_WITH_IMM);
+	ck_assert_uint_eq(wc->byte_len, 20);
+	ck_assert_uint_eq(wc->wc_flags, QSM_WC_WITH_IMM);
+	ck_assert_uint_eq(wc->imm_data, 0xfedcba98);
+	expect_zero(dst + 16, 16);
+	expect_zero(wdst, 4);
+	expect_bytes(wdst + 4, src + 8, 20);
+	expect_zero(wdst + 24, 8);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND_WITH_IMM);
+	ck_assert_uint_eq(ev.wc.wc_flags, 0);
+	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE_WITH_IMM);
+	expect_none(fs);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fs->ops->dereg_mr(rw.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_loopback_send_between_ids_of_one_fabric)
 {
 	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
@@ -1000,7 +1294,13 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_post_send_needs_an_established_qp_and_post_recv_works_from_init);
 	tcase_add_test(tc, test_destroy_id_discards_outstanding_recvs_without_completions);
 	tcase_add_test(tc, test_loopback_send_between_ids_of_one_fabric);
-	return 23;
+	tcase_add_test(tc, test_send_queue_holds_max_send_wr_until_their_completions_are_taken);
+	tcase_add_test(tc, test_drain_frees_the_slots_of_unsignaled_sends_without_a_completion);
+	tcase_add_test(tc, test_full_receive_queue_is_enobufs_until_a_receive_completion_is_taken);
+	tcase_add_test(tc, test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none);
+	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
+	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
+	return 29;
 }
 
 int contract_main(const struct contract_fixture *const *fxs, int n, void (*extra)(TCase *tc))
