@@ -22,7 +22,7 @@ struct buf {
 	char data[64];
 	struct qsm_mr *mr;
 	int completions, flushed, errors;
-	struct qsm_wc last;
+	struct qsm_wc last, last_recv;
 };
 
 static struct buf srv, cli;
@@ -53,6 +53,8 @@ static int on_completion(struct qsm_conn *q, const struct qsm_wc *wc, struct buf
 		after_destroy++;
 	b->completions++;
 	b->last = *wc;
+	if (wc->opcode == QSM_WR_RECV || wc->opcode == QSM_WR_RECV_RDMA_WITH_IMM)
+		b->last_recv = *wc;
 	if (wc->status == QSM_WC_WR_FLUSH_ERR)
 		b->flushed++;
 	else if (wc->status != QSM_WC_SUCCESS)
@@ -323,6 +325,78 @@ START_TEST(test_bad_arguments_are_einval_before_the_state_is_looked_at)
 }
 END_TEST
 
+/* A list is checked whole, at the door, before the queue's state: none of it is posted. */
+START_TEST(test_post_list_checks_every_wr_before_the_state_and_posts_none)
+{
+	struct qsm_conn *q;
+	struct qsm_sge s = { 0 };
+	struct qsm_wr wrs[3] = {
+		{ .wr_id = 1, .opcode = QSM_WR_SEND, .sg_list = &s, .num_sge = 1 },
+		{ .wr_id = 2, .opcode = QSM_WR_RDMA_WRITE_WITH_IMM, .sg_list = &s, .num_sge = 1 },
+		{ .wr_id = 3, .opcode = QSM_WR_SEND_WITH_IMM, .flags = QSM_POST_INLINE },
+	};
+	int posted = -1;
+
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr }, &q), 0);
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, &posted), -ENOTCONN);
+	ck_assert_int_eq(posted, 0);
+	wrs[2].opcode = QSM_WR_RECV;              /* not a send queue WR */
+	posted = -1;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 0);
+	wrs[2].opcode = QSM_WR_RDMA_READ;         /* a READ has nothing to inline */
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
+	wrs[2].flags = 0x80;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
+	wrs[2].flags = 0;
+	wrs[2].num_sge = QSM_MAX_SGE + 1;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_list(q, NULL, 1, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, -1, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_list(NULL, wrs, 1, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, &s, 1, QSM_POST_INLINE), -ENOTCONN);
+}
+END_TEST
+
+/* Through the runtime: a list beyond the class's max_send_wr (64 by default) posts none; one
+ * WR with immediate data reaches the server's completion handler with it. */
+START_TEST(test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_handler)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	struct qsm_wr wrs[65];
+	int posted = -1;
+
+	for (int i = 0; i < 65; i++)
+		wrs[i] = (struct qsm_wr){ .wr_id = 100 + (uint64_t)i, .opcode = QSM_WR_RDMA_WRITE,
+					  .sg_list = &s, .num_sge = 1, .remote_addr = (uintptr_t)srv.data,
+					  .rkey = qsm_mr_rkey(srv.mr), .flags = QSM_POST_SIGNALED };
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 65, &posted), -ENOBUFS);
+	ck_assert_int_eq(posted, 0);
+	pump();
+	ck_assert_int_eq(cli.completions, 0);
+
+	strcpy(cli.data, "imm");
+	wrs[0] = (struct qsm_wr){ .wr_id = 1, .opcode = QSM_WR_SEND_WITH_IMM, .sg_list = &s,
+				  .num_sge = 1, .flags = QSM_POST_SIGNALED, .imm_data = 0xabcd0001 };
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 1, &posted), 0);
+	ck_assert_int_eq(posted, 1);
+	pump();
+	ck_assert_int_eq(srv.last_recv.status, QSM_WC_SUCCESS);
+	ck_assert_int_eq(srv.last_recv.opcode, QSM_WR_RECV);
+	ck_assert_uint_eq(srv.last_recv.byte_len, 8);
+	ck_assert_uint_eq(srv.last_recv.wc_flags, QSM_WC_WITH_IMM);
+	ck_assert_uint_eq(srv.last_recv.imm_data, 0xabcd0001);
+	/* the echo (a plain send) carries none */
+	ck_assert_int_eq(cli.last_recv.status, QSM_WC_SUCCESS);
+	ck_assert_uint_eq(cli.last_recv.byte_len, 8);
+	ck_assert_uint_eq(cli.last_recv.wc_flags, 0);
+	ck_assert_str_eq(cli.data, "imm");
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+}
+END_TEST
+
 /* A target's pool: registered once per device, used by every queue, released with the device. */
 START_TEST(test_pool_is_registered_per_device_and_released_with_it)
 {
@@ -558,6 +632,8 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_data_path_argument_checks);
 	tcase_add_test(t, test_bad_arguments_are_einval_before_the_state_is_looked_at);
 	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
+	tcase_add_test(t, test_post_list_checks_every_wr_before_the_state_and_posts_none);
+	tcase_add_test(t, test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_handler);
 	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
 	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
 	suite_add_tcase(s, t);

@@ -1300,7 +1300,7 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none);
 	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
 	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
-	return 29;
+	return 28;
 }
 
 int contract_main(const struct contract_fixture *const *fxs, int n, void (*extra)(TCase *tc))

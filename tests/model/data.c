@@ -171,6 +171,10 @@ int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
 		return -EINVAL; /* the sim: not ready to send */
 	if (kind == K_RECV && r->n_out_recv >= r->ci->max_recv_wr)
 		return settled ? -ENOBUFS : MAYBE_ENOBUFS;
+	/* the sim frees a slot when the runtime takes the completion, at the latest when it is
+	 * handled: the model's count is never below the sim's */
+	if (kind != K_RECV && r->n_sq_held >= r->ci->max_send_wr)
+		return settled ? -ENOBUFS : MAYBE_ENOBUFS;
 	return 0;
 }
 
@@ -201,6 +205,7 @@ bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
 	ds.enotconn += got == -ENOTCONN;
 	ds.einval += got == -EINVAL;
 	ds.enobufs += got == -ENOBUFS;
+	ds.sq_full += got == -ENOBUFS && w->kind != K_RECV;
 	if (want == MAYBE_ENOBUFS ? got != 0 && got != -ENOBUFS : got != want) {
 		violate("post %s (nsge %d) on a %s queue in %s (QP %d, sim QP %d, %u receives out): %d, want %d",
 			kind_names[w->kind], nsge, r->passive ? "passive" : "active", qsm_conn_state_name(r->q),
@@ -216,6 +221,10 @@ bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
 	ds.must_fail += w->must_fail;
 	if (w->kind == K_RECV)
 		r->n_out_recv++;
+	else if (!w->in_err) {
+		w->sq_held = true;
+		r->n_sq_held++;
+	}
 	return true;
 }
 
@@ -520,6 +529,7 @@ void qp_created(struct rec *r)
 	r->gen++;
 	r->qp_up = true;
 	r->n_out_recv = 0;
+	r->n_sq_held = 0;
 	if (quiet)
 		return;
 	if (!r->lazy_mr || chance(20))

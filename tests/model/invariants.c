@@ -196,11 +196,11 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	       n_passive_made, peak_live, n_listeners_made, n_faults, n_removals, n_adds, n_fatals,
 	       (double)(world.now_ns - 1000 * MS) / 1e9,
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
-	printf("model: data: %u posts (-ENOTCONN %u, -EINVAL %u, -ENOBUFS %u), posted recv %u send %u "
+	printf("model: data: %u posts (-ENOTCONN %u, -EINVAL %u, -ENOBUFS %u, %u of them a full send queue), posted recv %u send %u "
 	       "write %u read %u (%u had to fail); completions %u (success %u, flushed %u, errors %u), "
 	       "%u discarded; checked: %u receives (+%u empty), %u reads, %u writes; DRAINED %u (%u strict); "
 	       "MRs registered %u, deregistered %u; reg_mr -ENODEV with a QP tolerated %u\n",
-	       ds.post_calls, ds.enotconn, ds.einval, ds.enobufs, ds.posted[K_RECV], ds.posted[K_SEND],
+	       ds.post_calls, ds.enotconn, ds.einval, ds.enobufs, ds.sq_full, ds.posted[K_RECV], ds.posted[K_SEND],
 	       ds.posted[K_WRITE], ds.posted[K_READ], ds.must_fail, ds.completions, ds.ok, ds.flushed,
 	       ds.errors, ds.discarded, ds.recv_checked, ds.recv_empty, ds.read_checked, ds.write_checked,
 	       ds.drained, ds.drained_strict, ds.regs, ds.deregs, ds.enodev_tolerated);

@@ -53,8 +53,10 @@
  * generation), and:
  *  (D1) a post returns -ENOTCONN exactly when the queue has no QP or its drain started
  *       (active DRAINING/CLOSING, passive DRAINING), -EINVAL for bad flags / SGE counts
- *       (QSM_MAX_SGE, then the class's caps) and for a send before the QP is RTS, -ENOMEM
- *       for a receive only with max_recv_wr receives outstanding, 0 otherwise; a QP never
+ *       (QSM_MAX_SGE, then the class's caps) and for a send before the QP is RTS, -ENOBUFS
+ *       for a receive only with max_recv_wr receives outstanding and for a send, write or
+ *       read only with max_send_wr slots held (a WR holds one until its completion is
+ *       handled, an unsignaled one until a later WR's of its QP, or DRAINED), 0 otherwise; a QP never
  *       exists in a state the man page says has none, except inside qp_ready;
  *  (D2) every completion names a WR posted successfully on that queue's current QP, and
  *       comes at most once: none after the QP was destroyed, after DRAINED (trace record),
@@ -186,6 +188,7 @@ struct wrec {
 	uint8_t kind, st, nsge;
 	int8_t slot;            /* receive / read landing slot, or -1 */
 	bool signaled, required, must_fail, in_err, hold_armed, check;
+	bool sq_held;           /* holds a send queue slot: until its completion, or a later one's */
 	bool local_ok;          /* its SGEs are covered by the queue's valid local MR */
 	uint32_t lkey;          /* the lkey of its SGEs (0: none) */
 	struct qsm_sge sge[2];  /* receive / read: where the data lands */
@@ -205,11 +208,11 @@ extern unsigned nmsgs, msgs_cap;
 /* Per class: the QP caps it asks for (as the runtime resolves them through super). */
 struct cinfo {
 	const struct qsm_class *cls;
-	uint32_t max_recv_wr, send_sge, recv_sge;
+	uint32_t max_recv_wr, send_sge, recv_sge, max_send_wr;
 };
 
 struct data_stats {
-	unsigned posted[K_COUNT], post_calls, enotconn, einval, enobufs, must_fail;
+	unsigned posted[K_COUNT], post_calls, enotconn, einval, enobufs, sq_full, must_fail;
 	unsigned completions, ok, flushed, errors, discarded, drained, drained_strict;
 	unsigned recv_checked, recv_empty, read_checked, write_checked, regs, deregs, enodev_tolerated;
 };
@@ -269,6 +272,7 @@ struct rec {
 	struct wrec *wr;
 	unsigned nwr, wr_cap, wr_scan;   /* below wr_scan nothing is outstanding */
 	unsigned n_out_recv;
+	unsigned n_sq_held;     /* send queue slots its current QP's WRs hold (D1: -ENOBUFS) */
 	uint32_t gen;               /* QP generation: qp_ready counts them */
 	uint32_t err_gen;           /* the generation that had an error completion */
 	unsigned err_wi;            /* its first one */

@@ -210,9 +210,23 @@ struct rec *rec_new(struct qsm_conn *q, int c, bool passive)
 	return r;
 }
 
+static void sq_release(struct rec *r, struct wrec *w)
+{
+	if (w->sq_held) {
+		w->sq_held = false;
+		r->n_sq_held--;
+	}
+}
+
 void wr_finish(struct rec *r, struct wrec *w, enum wr_state st)
 {
 	w->st = (uint8_t)st;
+	/* a send queue completes in order: a completion frees the unsignaled WRs before it */
+	if (st == W_DONE && w->sq_held)
+		for (struct wrec *e = r->wr + r->wr_scan; e < w; e++)
+			if (e->sq_held && !e->signaled && e->gen == w->gen)
+				sq_release(r, e);
+	sq_release(r, w);
 	if (w->kind == K_RECV) {
 		r->n_out_recv--;
 		r->rslots &= (uint16_t)~(1u << w->slot);
