@@ -493,8 +493,19 @@ void op_rdma(struct rec *r, bool write)
 	w->nsge = (uint8_t)(nsge < 2 ? nsge : 2);
 	memcpy(w->sge, sge, sizeof(w->sge));
 	want = expect_post(r, w->kind, nsge, bad_flags, &sq);
-	got = write ? qsm_conn_post_write(r->q, wr_id, sge, nsge, raddr, rkey, flags)
-		    : qsm_conn_post_read(r->q, wr_id, sge, nsge, raddr, rkey, flags);
+	if (chance(20)) {
+		/* the same WR as a list of one: the same answers (D1) */
+		struct qsm_wr one = { .wr_id = wr_id, .opcode = kind_op[w->kind], .sg_list = sge,
+				      .num_sge = nsge, .remote_addr = raddr, .rkey = rkey, .flags = flags };
+		int n = -1;
+
+		got = qsm_conn_post_list(r->q, &one, 1, &n);
+		if (n != (got == 0))
+			violate("post_list of one returned %d with *posted %d", got, n);
+	} else {
+		got = write ? qsm_conn_post_write(r->q, wr_id, sge, nsge, raddr, rkey, flags)
+			    : qsm_conn_post_read(r->q, wr_id, sge, nsge, raddr, rkey, flags);
+	}
 	if (!posted(r, w, want, got, sq, nsge))
 		return;
 	if (write && seq) {
