@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# rdma-qsm VM scenarios: what the scenarios that run a test program (removal, gap, abort) share.
+# rdma-qsm VM scenarios: what the scenarios that run a test program (removal, gap, abort) share,
+# and the bounded waits of ping and datapath.
 # Sourced, not run; it lives outside scenarios/ because tests/vm.test runs every scenarios/*.sh.
 #
 # tests/vm/run copies only the scenario file into the guest, so a scenario sources this file
@@ -90,4 +91,33 @@ vm_removal_trace_checks() {
 	relive=$(vm_trace_relive_count "$trace")
 	echo "   trace: $removed queues took LIVE --DEVICE_REMOVAL--> RECONNECT_WAIT, $relive reached LIVE again"
 	[[ $removed == "$n" && $relive == "$n" ]] || fail "trace shows $removed removals and $relive reconnects, want $n each"
+}
+
+# vm_wait_bounded PID SECS: wait (bounded, wall clock) until a background process ends; its exit
+# code, or 124 (then it is killed).
+vm_wait_bounded() {
+	local pid=$1 secs=$2 end rc=0
+	end=$((${EPOCHREALTIME/[.,]/} + secs * 1000000))
+	while kill -0 "$pid" 2>/dev/null && ((${EPOCHREALTIME/[.,]/} < end)); do
+		sleep 0.05
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -KILL "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		return 124
+	fi
+	wait "$pid" || rc=$?
+	return $rc
+}
+
+# vm_wait_listen PORT: wait (bounded, 10 s) until something listens on an rdma_cm port: rdma_cm
+# listeners are not in /proc/net; `rdma resource show cm_id` lists them.
+vm_wait_listen() {
+	local port=$1 end
+	end=$((${EPOCHREALTIME/[.,]/} + 10000000))
+	while ((${EPOCHREALTIME/[.,]/} < end)); do
+		rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -q ":$port\b" && return 0
+		sleep 0.05
+	done
+	return 1
 }

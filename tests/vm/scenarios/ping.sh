@@ -9,6 +9,8 @@
 # The binary: QSM_PING_BINARY, else $QSM_PING_BIN, else ./examples/qsm-ping (run from the top of
 # the build tree). Every wait is bounded; exit 0 only if every check passed.
 set -u
+# shellcheck source=tests/vm/lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
 n=${1:-100}
 bin=${2:-${QSM_PING_BIN:-./examples/qsm-ping}}
@@ -41,32 +43,6 @@ verdict() {
 }
 show() { # LABEL FILE: a log, indented
 	sed "s/^/   $1: /" "$2"
-}
-# Wait (bounded, wall clock) until a background process ends; its exit code, or 124.
-wait_bounded() {
-	local pid=$1 secs=$2 end rc=0
-	end=$(($(usec) + secs * 1000000))
-	while kill -0 "$pid" 2>/dev/null && (($(usec) < end)); do
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -KILL "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-		return 124
-	fi
-	wait "$pid" || rc=$?
-	return $rc
-}
-# Wait (bounded) until something listens on an rdma_cm port: rdma_cm listeners are not in
-# /proc/net; `rdma resource show cm_id` lists them.
-wait_listen() {
-	local port=$1 end
-	end=$(($(usec) + 10000000))
-	while (($(usec) < end)); do
-		rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -q ":$port\b" && return 0
-		sleep 0.1
-	done
-	return 1
 }
 
 # LOG N: N queues drained by the DRAINED event (real flush of the drain marker), none by the
@@ -103,13 +79,13 @@ qsm_to_rping() {
 	# shellcheck disable=SC2086
 	timeout -s KILL 60 rping -s -a "$addr" -C 3 -v $size >"$slog" 2>&1 &
 	spid=$!
-	wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
+	vm_wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
 	t1=$(now)
 	# shellcheck disable=SC2086
 	timeout -s KILL 60 "$bin" -c -a "$addr" -C 3 -v $size >"$clog" 2>&1
 	crc=$?
 	t2=$(now)
-	wait_bounded "$spid" 30
+	vm_wait_bounded "$spid" 30
 	src=$?
 	t3=$(now)
 	show "qsm-ping client" "$clog"
@@ -137,7 +113,7 @@ clog=$tmp/ping2-rping-client.log
 t0=$(now)
 timeout -s KILL 60 "$bin" -s -a "$addr" -v >"$slog" 2>&1 &
 spid=$!
-wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
+vm_wait_listen 7174 || echo "   (no LISTEN cm_id seen for port 7174; trying anyway)"
 t1=$(now)
 crc=1
 end=$(($(usec) + 40000000))
@@ -150,7 +126,7 @@ for ((try = 1; try <= 10 && $(usec) < end; try++)); do
 	sleep 0.3
 done
 t2=$(now)
-wait_bounded "$spid" 30
+vm_wait_bounded "$spid" 30
 src=$?
 t3=$(now)
 show "rping client" "$clog"
@@ -176,12 +152,12 @@ clog=$tmp/ping3-qsm-client.log
 t0=$(now)
 timeout -s KILL 150 "$bin" -s -a "$addr" -p $port -n "$n" >"$slog" 2>&1 &
 spid=$!
-wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
+vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
 t1=$(now)
 timeout -s KILL 120 "$bin" -c -a "$addr" -p $port -n "$n" -C 3 >"$clog" 2>&1
 crc=$?
 t2=$(now)
-wait_bounded "$spid" 30
+vm_wait_bounded "$spid" 30
 src=$?
 t3=$(now)
 grep -v '^qsm ' "$clog" | sed 's/^/   qsm-ping client: /'

@@ -1,0 +1,170 @@
+#!/bin/bash
+# VM scenario: the data path's bandwidth against perftest, on soft-RoCE, in one VM boot.
+# perftest's ib_send_bw -R and ib_write_bw -R (rdma_cm) against examples/qsm-bw doing the same
+# transfers: message sizes 64 B, 4 KiB, 64 KiB, the same tx depth (-t), cq moderation (-Q), rx
+# depth (-r, send) and iterations (-n) on both command lines; runs alternate (perftest, qsm,
+# perftest, qsm, ...) so that noise hits both.  Prints a table and one line per figure:
+#   ratio send_bw_64 qsm/perftest X.XX     (BW average ratio, > 1 = qsm faster)
+# The ratios are figures, not thresholds: the scenario fails only if a transfer fails, data is
+# wrong (qsm-bw checks every message's sequence number and the bodies; perftest checks
+# nothing), or a program errs or hangs (every run is bounded).
+#   tests/vm/run tests/vm/scenarios/datapath.sh [ROUNDS [QSM_BW_BINARY]]
+# ROUNDS (default 2): perftest/qsm pairs per figure.  Iterations: QSM_DATAPATH_ITERS="64:N
+# 4096:N 65536:N" (default 20000, 5000 and 1000: ~0.5 s, 0.4 s, 1 s of transfer each).
+set -u
+# shellcheck source=tests/vm/lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
+
+rounds=${1:-2}
+bin=${2:-${QSM_BW_BIN:-./examples/qsm-bw}}
+addr=${QSM_VM_ADDR:-192.0.2.1}
+dev=${QSM_VM_DEV:-rxe0}
+tmp=${TMPDIR:-/tmp}
+out=${QSM_VM_OUT:-$tmp}
+iters_spec=${QSM_DATAPATH_ITERS:-64:20000 4096:5000 65536:1000}
+tx_depth=128 cq_mod=100 rx_depth=512   # perftest's defaults, given to both explicitly
+pt_port=18515 qsm_port=18516
+failures=0
+export QSM_RDMACM_STATS=1   # qsm-bw's completion statistics (batches per poll), in its logs
+
+usec() { echo "${EPOCHREALTIME/[.,]/}"; }
+# Wait (bounded) until no cm_id of a finished run is left on the port (the next server binds it).
+wait_port_free() {
+	local port=$1 end
+	end=$(($(usec) + 5000000))
+	while (($(usec) < end)); do
+		rdma resource show cm_id 2>/dev/null | grep -q ":$port\b" || return 0
+		sleep 0.05
+	done
+	return 1
+}
+bad_run() { # LABEL SLOG CLOG MESSAGE
+	echo "FAIL: $1: $4"
+	sed "s/^/   server: /" "$2" | tail -n 20
+	sed "s/^/   client: /" "$3" | tail -n 20
+	echo "   -- dmesg (tail)"
+	dmesg | tail -n 10 | sed 's/^/   /'
+	failures=$((failures + 1))
+}
+
+# run_perftest MODE SIZE ITERS LABEL: sets bw (the client's BW average, MB/sec) or fails.
+run_perftest() {
+	local mode=$1 size=$2 iters=$3 label=$4 slog clog spid crc src args
+	slog=$out/$label-perftest-server.log
+	clog=$out/$label-perftest-client.log
+	args=(-R -s "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod" -p "$pt_port" -F)
+	[[ $mode == send ]] && args+=(-r "$rx_depth")
+	bw=
+	wait_port_free $pt_port || echo "   (port $pt_port still has a cm_id; trying anyway)"
+	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" >"$slog" 2>&1 &
+	spid=$!
+	vm_wait_listen $pt_port || echo "   (no LISTEN cm_id seen for port $pt_port; trying anyway)"
+	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" "$addr" >"$clog" 2>&1
+	crc=$?
+	vm_wait_bounded "$spid" 20
+	src=$?
+	# the result row: #bytes #iterations BW-peak BW-average MsgRate
+	bw=$(awk -v s="$size" -v n="$iters" '$1 == s && $2 == n && NF >= 5 { print $4; exit }' "$clog")
+	if [[ $crc != 0 || $src != 0 || -z $bw ]]; then
+		bad_run "perftest $label" "$slog" "$clog" "client exit $crc, server exit $src, BW '${bw}'"
+		bw=
+		return 1
+	fi
+}
+
+# run_qsm MODE SIZE ITERS LABEL: sets bw (the client's BW average, MB/sec) or fails.
+run_qsm() {
+	local mode=$1 size=$2 iters=$3 label=$4 slog clog spid crc src args
+	slog=$out/$label-qsm-server.log
+	clog=$out/$label-qsm-client.log
+	args=(-a "$addr" -p "$qsm_port" -m "$mode" -S "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod"
+		-r "$rx_depth" -T 50)
+	bw=
+	wait_port_free $qsm_port || echo "   (port $qsm_port still has a cm_id; trying anyway)"
+	timeout -s KILL 60 "$bin" -s "${args[@]}" >"$slog" 2>&1 &
+	spid=$!
+	vm_wait_listen $qsm_port || echo "   (no LISTEN cm_id seen for port $qsm_port; trying anyway)"
+	timeout -s KILL 60 "$bin" -c "${args[@]}" >"$clog" 2>&1
+	crc=$?
+	vm_wait_bounded "$spid" 20
+	src=$?
+	bw=$(sed -n 's/^qsm-bw: .* client: .*BW average \([0-9.]*\) MB\/sec.*/\1/p' "$clog")
+	if [[ $crc != 0 || $src != 0 || -z $bw ]] || ! grep -q "^qsm-bw: $mode server: .*data ok" "$slog" ||
+		! grep -q "^qsm-bw: server: $iters message(s) checked, status 0 (ok)" "$clog"; then
+		bad_run "qsm $label" "$slog" "$clog" "client exit $crc, server exit $src, BW '${bw}'"
+		bw=
+		return 1
+	fi
+}
+
+[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
+[[ -x $bin ]] || fail "$bin not found or not executable (build it, or set QSM_BW_BIN)"
+for t in ib_send_bw ib_write_bw rdma timeout awk; do
+	command -v "$t" >/dev/null || fail "$t not installed (tests/vm/setup installs perftest)"
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || fail "ROUNDS must be a positive number, not '$rounds'"
+end=$(($(usec) + 10000000))
+until rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE'; do
+	(($(usec) < end)) || fail "$dev is not ACTIVE"
+	sleep 0.1
+done
+
+declare -A iters_of
+for spec in $iters_spec; do
+	iters_of[${spec%%:*}]=${spec#*:}
+done
+sizes=(64 4096 65536)
+declare -A size_name=([64]=64 [4096]=4k [65536]=64k)
+declare -A pt_sum qsm_sum pt_all qsm_all
+t_start=$(usec)
+for mode in send write; do
+	for size in "${sizes[@]}"; do
+		iters=${iters_of[$size]:-1000}
+		fig=${mode}_bw_${size_name[$size]}
+		pt_sum[$fig]=0 qsm_sum[$fig]=0 pt_all[$fig]= qsm_all[$fig]=
+		echo "== $fig: ib_${mode}_bw -R -s $size -n $iters -t $tx_depth -Q $cq_mod$([[ $mode == send ]] && echo " -r $rx_depth")  vs  qsm-bw -m $mode (same), $rounds round(s)"
+		for ((r = 1; r <= rounds; r++)); do
+			t0=$(usec)
+			run_perftest "$mode" "$size" "$iters" "$fig-$r" || continue
+			pt_sum[$fig]=$(awk -v a="${pt_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
+			pt_all[$fig]+=" $bw"
+			t1=$(usec)
+			run_qsm "$mode" "$size" "$iters" "$fig-$r" || continue
+			qsm_sum[$fig]=$(awk -v a="${qsm_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
+			qsm_all[$fig]+=" $bw"
+			((r == 1)) && grep -h '^qsm rdmacm: .*' "$out/$fig-$r-qsm-server.log" "$out/$fig-$r-qsm-client.log" |
+				sed 's/^/   /' | head -n 4
+			echo "   round $r: perftest ${pt_all[$fig]##* } MB/s ($(((t1 - t0) / 1000)) ms),  qsm ${qsm_all[$fig]##* } MB/s ($((($(usec) - t1) / 1000)) ms)"
+		done
+	done
+done
+echo "== scenario time for the runs: $((($(usec) - t_start) / 1000)) ms"
+
+echo "== BW average, MB/sec (2^20 bytes/s), client side; every run (perftest, qsm alternating)"
+printf '%-16s %8s %10s %12s %10s %s\n' figure iters perftest qsm ratio "runs (perftest | qsm)"
+ratios=()
+for mode in send write; do
+	for size in "${sizes[@]}"; do
+		fig=${mode}_bw_${size_name[$size]}
+		np=$(wc -w <<<"${pt_all[$fig]}")
+		nq=$(wc -w <<<"${qsm_all[$fig]}")
+		if ((np == 0 || nq == 0)); then
+			printf '%-16s %8s %10s %12s %10s\n' "$fig" "${iters_of[$size]:-1000}" - - -
+			ratios+=("ratio $fig qsm/perftest n/a (a run failed)")
+			continue
+		fi
+		row=$(awk -v p="${pt_sum[$fig]}" -v q="${qsm_sum[$fig]}" -v np="$np" -v nq="$nq" \
+			'BEGIN { printf "%.2f %.2f %.2f", p / np, q / nq, (q / nq) / (p / np) }')
+		read -r pm qm ratio <<<"$row"
+		printf '%-16s %8s %10s %12s %10s %s |%s\n' "$fig" "${iters_of[$size]:-1000}" "$pm" "$qm" \
+			"$ratio" "${pt_all[$fig]# }" "${qsm_all[$fig]}"
+		ratios+=("ratio $fig qsm/perftest $ratio")
+	done
+done
+printf '%s\n' "${ratios[@]}"
+
+if ((failures)); then
+	echo "FAIL: $failures run(s) failed"
+	exit 1
+fi
+echo "PASS: datapath: every perftest and qsm-bw run completed, qsm-bw's data checked"
