@@ -91,8 +91,22 @@ void qsm_rc_fid_attach(struct qsm_fid *id)
 
 /* Never blocks: ibv_destroy_cq waits only for events read and not acked, and those are acked
  * here; the kernel discards the ones still unread in the channel. */
+/* The number of hot CQs changes: hot_fd is readable exactly while it is not 0. */
+void qsm_rc_hot_changed(struct rc_fabric *f, int delta)
+{
+	uint64_t v;
+
+	if (!f->hot_cqs && delta > 0)
+		(void)!write(f->hot_fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	f->hot_cqs += delta;
+	if (!f->hot_cqs)
+		(void)!read(f->hot_fd, &v, sizeof(v));
+}
+
 static void cq_free(struct qsm_fdev *d, struct rc_cq *c)
 {
+	if (c->hot)
+		qsm_rc_hot_changed(d->fab, -1);
 	if (c->events)
 		ibv_ack_cq_events(c->cq, c->events);
 	ibv_destroy_cq(c->cq);
@@ -196,28 +210,52 @@ void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
 		cq_free(d, c);
 }
 
-void qsm_rc_cq_harvest(struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
+static int cq_drain(struct rc_cq *c, struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
+{
+	struct ibv_wc wc[16];
+	int n, got = 0;
+
+	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++)
+			fn(d, &wc[i]);
+		got += n;
+	}
+	return got;
+}
+
+/*
+ * A CQ whose event came goes hot: it is acked and polled dry, and not re-armed, so that while
+ * completions keep coming it costs no channel read and no re-arm per batch.  A hot CQ whose
+ * poll finds nothing is re-armed and polled once more (what came in between is not missed);
+ * if that finds nothing either it goes cold and waits for its next event.
+ */
+void qsm_rc_cq_harvest(struct qsm_fdev *d, bool from_channel,
+		       void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
 {
 	struct qsm_list *pos, *tmp;
 	struct ibv_cq *cq;
 	void *cq_ctx;
 
-	while (ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
+	while (from_channel && ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
 		((struct rc_cq *)cq_ctx)->events++;
 	qsm_list_each(pos, tmp, &d->cqs) {
 		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
-		struct ibv_wc wc[16];
-		int n;
 
-		if (!c->events)
+		if (c->events) {
+			ibv_ack_cq_events(c->cq, c->events);
+			c->events = 0;
+			if (!c->hot) {
+				c->hot = true;
+				qsm_rc_hot_changed(d->fab, 1);
+			}
+		}
+		if (!c->hot || cq_drain(c, d, fn))
 			continue;
-		ibv_ack_cq_events(c->cq, c->events);
-		c->events = 0;
 		ibv_req_notify_cq(c->cq, 0);
-		/* Poll after re-arming: nothing that arrived in between is missed. */
-		while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
-			for (int i = 0; i < n; i++)
-				fn(d, &wc[i]);
+		if (!cq_drain(c, d, fn)) {
+			c->hot = false;
+			qsm_rc_hot_changed(d->fab, -1);
+		}
 	}
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -51,6 +52,7 @@ static void rc_destroy(struct qsm_fabric *base)
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
 	close(f->tfd);
+	close(f->hot_fd);
 	free(f);
 }
 
@@ -64,6 +66,8 @@ static int rc_fd(struct qsm_fabric *base)
  * dry is reported again): the CM channel, the pin channel, the device-list timer, and the
  * devices' completion channels and async fds.  Returns the number of ready fds.
  */
+#define HOT_EPOLL_EVERY 16
+
 static int learn_ready(struct rc_fabric *f)
 {
 	struct epoll_event evs[32];
@@ -79,7 +83,7 @@ static int learn_ready(struct rc_fabric *f)
 			f->ready_pins = true;
 		else if (fd == f->tfd)
 			f->ready_tick = true;
-		else if (fd != f->pq.kfd)
+		else if (fd != f->pq.kfd && fd != f->hot_fd)
 			f->ready_devs = true; /* a completion channel or an async fd */
 	}
 	return n < 0 ? 0 : n;
@@ -97,8 +101,15 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	f->get_calls++;
 	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
 	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
-	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick && !learn_ready(f))
-		return -EAGAIN;
+	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick) {
+		if (f->hot_cqs && ++f->hot_skips < HOT_EPOLL_EVERY) {
+			qsm_rc_harvest_completions(f, false); /* busy: poll, do not ask epoll */
+			goto pending;
+		}
+		f->hot_skips = 0;
+		if (!learn_ready(f) && !f->hot_cqs)
+			return -EAGAIN;
+	}
 	if (f->ready_cm) {
 		r = qsm_rc_take_cm_event(f, ev);
 		if (r != -EAGAIN)
@@ -111,13 +122,16 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	}
 	if (f->ready_devs) {
 		f->ready_devs = false;
-		qsm_rc_harvest_completions(f);
+		qsm_rc_harvest_completions(f, true);
 		qsm_rc_harvest_async(f);
+	} else if (f->hot_cqs) {
+		qsm_rc_harvest_completions(f, false);
 	}
 	if (f->ready_tick) {
 		f->ready_tick = false;
 		qsm_rc_poll_devices(f);
 	}
+pending:
 	while ((p = qsm_pending_pop(&f->pq))) {
 		if (p->device_wide) {
 			/* expanded here, in the fabric's own thread, where its QP list is safe */
@@ -197,7 +211,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	if (!f)
 		return -ENOMEM;
 	f->base.ops = &rc_ops;
-	f->epfd = f->tfd = f->pq.kfd = -1;
+	f->epfd = f->tfd = f->pq.kfd = f->hot_fd = -1;
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
 	f->ch = rdma_create_event_channel();
@@ -212,7 +226,8 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	}
 	f->epfd = epoll_create1(EPOLL_CLOEXEC);
 	f->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (f->epfd < 0 || f->tfd < 0) {
+	f->hot_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (f->epfd < 0 || f->tfd < 0 || f->hot_fd < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -220,7 +235,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 		goto fail;
 	if ((r = set_nonblock(f->ch->fd)) < 0 || (r = epoll_add(f, f->ch->fd)) < 0 ||
 	    (r = epoll_add(f, f->tfd)) < 0 || (r = epoll_add(f, f->pq.kfd)) < 0 ||
-	    (r = epoll_add(f, pin_fd)) < 0)
+	    (r = epoll_add(f, pin_fd)) < 0 || (r = epoll_add(f, f->hot_fd)) < 0)
 		goto fail;
 	if (timerfd_settime(f->tfd, 0, &its, NULL) < 0) {
 		r = -errno;
@@ -236,6 +251,8 @@ fail:
 		close(f->epfd);
 	if (f->tfd >= 0)
 		close(f->tfd);
+	if (f->hot_fd >= 0)
+		close(f->hot_fd);
 	qsm_pending_fini(&f->pq);
 	free(f);
 	return r;

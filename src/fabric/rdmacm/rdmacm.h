@@ -36,6 +36,8 @@ struct rc_cq {
 	int cap, need;                   /* entries, and what its QPs reserved */
 	unsigned nqps;
 	unsigned events;                 /* completion events read from the channel, not yet acked */
+	bool hot;                        /* its last poll found completions: polled again at the
+	                                    next get_event, unarmed, until a poll finds none */
 };
 
 struct qsm_fdev {
@@ -107,6 +109,11 @@ struct rc_fabric {
 	/* Sources epoll said are ready and not yet read dry: get_event() reads only these. */
 	int pin_fd;
 	bool ready_cm, ready_pins, ready_devs, ready_tick;
+	/* Busy CQs polled without waiting for their events (as a poll loop does, but never
+	 * hiding the CM: epoll is still asked every HOT_EPOLL_EVERY calls); hot_fd, in the
+	 * fabric's epoll, is readable while any is hot, so the ctx fd says there is work. */
+	unsigned hot_cqs, hot_skips;
+	int hot_fd;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 };
 
@@ -187,7 +194,9 @@ struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
 /* The reservation given back (the QP is destroyed); an empty CQ that is not the last is freed. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
 /* Every CQ whose channel fired: events acked, re-armed, then polled empty into fn. */
-void qsm_rc_cq_harvest(struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc));
+void qsm_rc_cq_harvest(struct qsm_fdev *d, bool from_channel,
+		       void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc));
+void qsm_rc_hot_changed(struct rc_fabric *f, int delta);
 /* Every reference of a device is checked here: resources go when unused, the object when
  * nothing refers to it and it is no longer in the device list. */
 void qsm_rc_dev_settle(struct qsm_fdev *d);
@@ -214,7 +223,7 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 		     int num_sge);
 /* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */
 void qsm_rc_wq_flush_heads(struct qsm_fid *id);
-void qsm_rc_harvest_completions(struct rc_fabric *f);
+void qsm_rc_harvest_completions(struct rc_fabric *f, bool from_channel);
 
 /* ---- ids.c: rdma_cm ids and the CM channel ---- */
 

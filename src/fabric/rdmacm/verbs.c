@@ -258,7 +258,7 @@ static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
 		qsm_rc_wq_flush_heads(id);
 }
 
-void qsm_rc_harvest_completions(struct rc_fabric *f)
+void qsm_rc_harvest_completions(struct rc_fabric *f, bool from_channel)
 {
 	struct qsm_list *pos, *tmp;
 
@@ -266,7 +266,7 @@ void qsm_rc_harvest_completions(struct rc_fabric *f)
 		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
 
 		if (d->cc)
-			qsm_rc_cq_harvest(d, wc_take);
+			qsm_rc_cq_harvest(d, from_channel, wc_take);
 	}
 }
 
