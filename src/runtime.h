@@ -64,8 +64,6 @@ struct qsm_device {
 	uint8_t state;              /* its machine's (sm/device.rl) */
 };
 
-#define QSM_CONN_PDATA_MAX 196
-
 /* A class with every slot looked up through its supers once: the hot path reads this. */
 struct qsm_vtable {
 	const struct qsm_class *cls;

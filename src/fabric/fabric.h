@@ -118,6 +118,13 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 
 #define QSM_FABRIC_PDATA_MAX 256
 
+/* The IB CM's private data room (RoCE's too): what a REQ (92 bytes less the rdma_cm's 36-byte
+ * IP header), a REP and a REJ carry.  The runtime's limits for connect, accept and reject, and
+ * the rdmacm fabric's on IB/RoCE. */
+#define QSM_PDATA_REQ_MAX 56
+#define QSM_PDATA_REP_MAX 196
+#define QSM_PDATA_REJ_MAX 148
+
 struct qsm_fabric_event {
 	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED, COMPLETION */
 	int status;               /* rdma_cm status: negative errno, or the reject reason for REJECTED */

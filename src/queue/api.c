@@ -10,8 +10,6 @@
 #include "argcheck.h"
 #include "runtime.h"
 
-#define PDATA_CONNECT_MAX 56
-
 /* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
  * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
  * state's timer (resolve_ms + 1000) within one. */
@@ -73,7 +71,7 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 	int r;
 
 	qsm_check(ctx && o && ret && o->cls && o->dst, -EINVAL);
-	qsm_check(o->private_data_len <= PDATA_CONNECT_MAX && (!o->private_data_len || o->private_data),
+	qsm_check(o->private_data_len <= QSM_PDATA_REQ_MAX && (!o->private_data_len || o->private_data),
 		  -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
 		return r;

@@ -6,10 +6,6 @@
 #include "argcheck.h"
 #include "runtime.h"
 
-#define PDATA_CONNECT_MAX 56
-#define PDATA_ACCEPT_MAX 196
-#define PDATA_REJECT_MAX 148
-
 /*
  * One errno per kind of failure, the same for every downcall: -EINVAL for a caller's bad
  * argument (NULL, private data too long), -ESTALE for a queue already destroyed or aborted
@@ -75,12 +71,12 @@ static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, 
 
 int qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
 {
-	return decide(q, QSM_EV_ACCEPT, pdata, len, PDATA_ACCEPT_MAX);
+	return decide(q, QSM_EV_ACCEPT, pdata, len, QSM_PDATA_REP_MAX);
 }
 
 int qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len)
 {
-	return decide(q, QSM_EV_REJECT, pdata, len, PDATA_REJECT_MAX);
+	return decide(q, QSM_EV_REJECT, pdata, len, QSM_PDATA_REJ_MAX);
 }
 
 int qsm_conn_destroy(struct qsm_conn *q)

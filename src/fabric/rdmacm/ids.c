@@ -167,7 +167,9 @@ enum pdata_msg { PDATA_REQ, PDATA_REP, PDATA_REJ };
 
 static size_t pdata_max(const struct qsm_fid *id, enum pdata_msg m)
 {
-	static const size_t ib[] = { [PDATA_REQ] = 56, [PDATA_REP] = 196, [PDATA_REJ] = 148 };
+	static const size_t ib[] = {
+		[PDATA_REQ] = QSM_PDATA_REQ_MAX, [PDATA_REP] = QSM_PDATA_REP_MAX, [PDATA_REJ] = QSM_PDATA_REJ_MAX,
+	};
 
 	if (id->cm->verbs && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IWARP)
 		return 255;

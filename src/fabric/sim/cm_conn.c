@@ -6,6 +6,10 @@
 
 #include "world.h"
 
+/* The sim's public CM sizes (qsm/sim.h) are the IB CM's, which the runtime checks too. */
+_Static_assert(QSM_SIM_REQ_PDATA == QSM_PDATA_REQ_MAX && QSM_SIM_REP_PDATA == QSM_PDATA_REP_MAX &&
+	       QSM_SIM_REJ_PDATA == QSM_PDATA_REJ_MAX, "qsm/sim.h and fabric.h disagree on CM sizes");
+
 static int pdata_check(const void *pdata, size_t len, size_t max)
 {
 	if (len > max || (len && !pdata))
