@@ -524,10 +524,11 @@ retry:
 static int take_event(struct mux *m)
 {
 	struct qsm_fabric_event fev;
+	struct qsm_fabric_cqe cqe;   /* none come: a CM stream */
 	struct mux_event *ev;
 	struct mux_conn *c;
 
-	if (m->ops->get_event(m->fabric, &fev) < 0)
+	if (m->ops->get_event(m->fabric, &fev, &cqe, 1) < 0)
 		return -EAGAIN;
 	m->cnt.fabric_events++;
 	c = fev.owner;

@@ -20,6 +20,12 @@ struct qsm_obj;
 struct qsm_item;
 struct qsm_obj_ops {
 	void (*dispatch)(struct qsm_obj *o, const struct qsm_item *it);
+	/* Completions c[0..n), each to its owner, in order, while the FIFO stays empty: how many
+	 * were taken.  gen[i]: the owner's id_gen when c[i] was set aside (NULL: a batch just
+	 * taken).  An owner that closes on the way and has no reference goes to ctx->held.  Only
+	 * a queue has a QP, so only queues own the ids completions come on: one kind's op. */
+	unsigned (*complete)(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *c, unsigned n,
+			     const uint32_t *gen);
 	/* ctx teardown: no callbacks, no events; release everything now */
 	void (*teardown)(struct qsm_obj *o);
 	void (*free)(struct qsm_obj *o);
@@ -158,7 +164,6 @@ struct qsm_item {
 	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;
-	struct qsm_wc wc;           /* QSM_EV_COMPLETION */
 	size_t pdata_len;
 	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
 };
@@ -182,6 +187,17 @@ struct qsm_ctx {
 	size_t fifo_cap, fifo_head, fifo_len;
 	size_t fifo_hwm;                  /* most items queued at once since the last trim */
 	const struct qsm_item *current;   /* the item being dispatched */
+
+	/* What is left of a batch of completions: cqe[cqe_next..cqe_len), each holding its owner,
+	 * with the owner's id_gen.  They go after what the FIFO holds (a WC_ERROR a handler of
+	 * the batch queued comes first) and before the fabric is asked again. */
+	struct qsm_fabric_cqe cqe[QSM_FABRIC_CQE_BATCH];
+	uint32_t cqe_gen[QSM_FABRIC_CQE_BATCH];
+	unsigned cqe_next, cqe_len;
+	/* Owners a batch closed (an abort, an error completion's step): held, one reference
+	 * each, until the batch is done, so that its later completions find them. */
+	struct qsm_obj *held[QSM_FABRIC_CQE_BATCH];
+	unsigned nheld;
 
 	/* timers: binary min-heap */
 	struct qsm_timer **heap;
@@ -219,7 +235,24 @@ void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
-void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o);
+
+/* A batch's owner that closed with no reference: kept until the batch is done. */
+static inline void qsm_obj_hold(struct qsm_ctx *ctx, struct qsm_obj *o)
+{
+	if (o->closed && !o->refs) {
+		o->refs++;
+		ctx->held[ctx->nheld++] = o;
+	}
+}
+
+/* One reference less: a closed object goes with its last. */
+static inline void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
+{
+	(void)ctx;
+	if (--o->refs || !o->closed)
+		return;
+	o->ops->free(o);
+}
 
 /* A queue has a QP unless its QP machine is in its final state (DESTROYED: none). */
 static inline bool qsm_conn_has_qp(const struct qsm_conn *q)

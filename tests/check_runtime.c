@@ -577,7 +577,8 @@ static struct qsm_fabric_ops unknown_ops;
 static struct qsm_fabric_event established;
 static int unknown_raw;
 
-static int get_event_then_unknown(struct qsm_fabric *f, struct qsm_fabric_event *ev)
+static int get_event_then_unknown(struct qsm_fabric *f, struct qsm_fabric_event *ev,
+				  struct qsm_fabric_cqe *cqe, int max)
 {
 	int r;
 
@@ -587,7 +588,7 @@ static int get_event_then_unknown(struct qsm_fabric *f, struct qsm_fabric_event 
 		unknown_raw = 0;
 		return 0;
 	}
-	r = sim_ops->get_event(f, ev);
+	r = sim_ops->get_event(f, ev, cqe, max);
 	if (r == 0 && ev->event == QSM_EV_ESTABLISHED && !established.owner)
 		established = *ev;
 	return r;

@@ -705,8 +705,10 @@ START_TEST(test_argument_and_state_checks_fail_without_effect)
 	ck_assert_int_eq(qsm_sim_release(NULL), -EINVAL);
 	ck_assert_int_eq(qsm_sim_qp_state(sim, fc, &CLI), -ENOENT);
 	ck_assert_int_eq(o->fd(NULL), -EINVAL);
-	ck_assert_int_eq(o->get_event(NULL, &ev), -EINVAL);
-	ck_assert_int_eq(o->get_event(fc, NULL), -EINVAL);
+	ck_assert_int_eq(o->get_event(NULL, &ev, &cqe, 1), -EINVAL);
+	ck_assert_int_eq(o->get_event(fc, NULL, &cqe, 1), -EINVAL);
+	ck_assert_int_eq(o->get_event(fc, &ev, NULL, 1), -EINVAL);
+	ck_assert_int_eq(o->get_event(fc, &ev, &cqe, 0), -EINVAL);
 	ck_assert_int_eq(o->create_id(NULL, &CLI, &a), -EINVAL);
 	ck_assert_int_eq(o->create_id(fc, &CLI, NULL), -EINVAL);
 	ck_assert_int_eq(o->bind(NULL, SA(d)), -EINVAL);
@@ -832,7 +834,7 @@ START_TEST(test_fd_is_readable_exactly_while_the_queue_is_not_empty)
 	fc->ops->set_owner(a, &CLI2);
 	expect(fc, QSM_EV_ROUTE_RESOLVED, &CLI2);
 	ck_assert_int_eq(fd_readable(fc), 0);
-	ck_assert_int_eq(fc->ops->get_event(fc, &ev), -EAGAIN);
+	ck_assert_int_eq(fc->ops->get_event(fc, &ev, &cqe, 1), -EAGAIN);
 	fc->ops->destroy_id(a);
 	assert_clean();
 }

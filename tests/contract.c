@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 const struct contract_fixture *contract_fx;
 struct qsm_fabric *fc, *fs;
 struct qsm_fabric_event ev;
+struct qsm_fabric_cqe cqe;
 char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;
 
 const struct qsm_fabric_qp_attr qp_attr = {
@@ -98,7 +100,15 @@ static int next_event(struct qsm_fabric *f, int ms)
 	int r;
 
 	for (;;) {
-		r = f->ops->get_event(f, &ev);
+		/* one completion at a time, seen as an event of its own (batches: their own test) */
+		r = f->ops->get_event(f, &ev, &cqe, 1);
+		if (r == 1) {
+			memset(&ev, 0, offsetof(struct qsm_fabric_event, private_data));
+			ev.event = QSM_EV_COMPLETION;
+			ev.owner = cqe.owner;
+			ev.id = cqe.id;
+			return 0;
+		}
 		if (r != -EAGAIN || now_ms() >= end)
 			return r;
 		wait_readable(f, (int)(end - now_ms()));
@@ -125,7 +135,7 @@ void expect_none_at(int line, struct qsm_fabric *f)
 
 	ck_assert_msg(r == -EAGAIN, "line %d: expected no event, got %d (event %d%s%s, status %d, wr_id %llu, wc status %d)",
 		      line, r, r ? 0 : ev.event, r ? "" : " ", r || !qsm_event_name(ev.event) ? "" : qsm_event_name(ev.event),
-		      r ? 0 : ev.status, r ? 0ull : (unsigned long long)ev.wc.wr_id, r ? 0 : (int)ev.wc.status);
+		      r ? 0 : ev.status, r ? 0ull : (unsigned long long)cqe.wc.wr_id, r ? 0 : (int)cqe.wc.status);
 	if (contract_fx->fd_exact)
 		ck_assert_msg(!fd_readable(f), "line %d: fd readable with an empty queue", line);
 }
@@ -246,13 +256,13 @@ struct qsm_fabric_wc *expect_wc_at(int line, struct qsm_fabric *f, void *owner, 
 					  enum qsm_wc_status status, enum qsm_wr_opcode opcode)
 {
 	expect_at(line, f, QSM_EV_COMPLETION, owner);
-	ck_assert_msg(ev.wc.wr_id == wr_id, "line %d: completion of wr %llu, expected %llu", line,
-		      (unsigned long long)ev.wc.wr_id, (unsigned long long)wr_id);
-	ck_assert_msg(ev.wc.status == status, "line %d: wr %llu status %d, expected %d", line,
-		      (unsigned long long)wr_id, ev.wc.status, status);
-	ck_assert_msg(ev.wc.opcode == opcode, "line %d: wr %llu opcode %d, expected %d", line,
-		      (unsigned long long)wr_id, ev.wc.opcode, opcode);
-	return &ev.wc;
+	ck_assert_msg(cqe.wc.wr_id == wr_id, "line %d: completion of wr %llu, expected %llu", line,
+		      (unsigned long long)cqe.wc.wr_id, (unsigned long long)wr_id);
+	ck_assert_msg(cqe.wc.status == status, "line %d: wr %llu status %d, expected %d", line,
+		      (unsigned long long)wr_id, cqe.wc.status, status);
+	ck_assert_msg(cqe.wc.opcode == opcode, "line %d: wr %llu opcode %d, expected %d", line,
+		      (unsigned long long)wr_id, cqe.wc.opcode, opcode);
+	return &cqe.wc;
 }
 
 void fill(uint8_t *p, size_t n, uint8_t seed)
@@ -723,7 +733,7 @@ START_TEST(test_message_larger_than_the_recv_is_loc_qp_op_err_at_the_receiver_an
 	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 16)), 0);
 	/* The receiver completes the recv in error, then its QP's other recvs flush. */
 	expect_wc(fs, &SRV, 100, QSM_WC_LOC_QP_OP_ERR, QSM_WR_RECV);
-	ck_assert_uint_eq(ev.wc.byte_len, 0);
+	ck_assert_uint_eq(cqe.wc.byte_len, 0);
 	/* Completions only, no WC_ERROR between them (the runtime makes that). */
 	expect_wc(fs, &SRV, 101, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
 	expect_none(fs);
@@ -1083,7 +1093,7 @@ START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
 	ck_assert_int_eq(posted, 4);
 	for (int i = 0; i < 3; i++) {
 		ck_assert_uint_eq(expect_wc(fs, &SRV, 100 + i, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, i + 1);
-		ck_assert_uint_eq(ev.wc.wc_flags, 0);
+		ck_assert_uint_eq(cqe.wc.wc_flags, 0);
 		expect_bytes(dst + 8 * i, src + i, i + 1);
 	}
 	for (int i = 0; i < 3; i++)
@@ -1197,7 +1207,7 @@ START_TEST(test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with
 	expect_bytes(wdst + 4, src + 8, 20);
 	expect_zero(wdst + 24, 8);
 	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND_WITH_IMM);
-	ck_assert_uint_eq(ev.wc.wc_flags, 0);
+	ck_assert_uint_eq(cqe.wc.wc_flags, 0);
 	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE_WITH_IMM);
 	expect_none(fs);
 	expect_none(fc);
@@ -1205,6 +1215,81 @@ START_TEST(test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with
 	fc->ops->dereg_mr(rs.mr);
 	fs->ops->dereg_mr(rd.mr);
 	fs->ops->dereg_mr(rw.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+/* Up to max completions of f within @ms, as get_event() hands them out: n > 0, 0 (*ev filled),
+ * or -EAGAIN. */
+static int next_batch(struct qsm_fabric *f, struct qsm_fabric_cqe *c, int max, int ms)
+{
+	int64_t end = now_ms() + ms;
+	int r;
+
+	for (;;) {
+		r = f->ops->get_event(f, &ev, c, max);
+		if (r != -EAGAIN || now_ms() >= end)
+			return r;
+		wait_readable(f, (int)(end - now_ms()));
+	}
+}
+
+/* Take n completions of `owner` in batches of at most max; their wr_ids are first, first + 1.. */
+static void expect_batches(struct qsm_fabric *f, void *owner, int n, int max, uint64_t first,
+			   enum qsm_wc_status status, enum qsm_wr_opcode opcode)
+{
+	struct qsm_fabric_cqe c[QSM_FABRIC_CQE_BATCH];
+	int got = 0;
+
+	while (got < n) {
+		int r = next_batch(f, c, max, contract_fx->event_wait_ms);
+
+		ck_assert_msg(r > 0 && r <= max, "completion %d of %d: get_event gave %d (max %d)", got, n, r, max);
+		ck_assert_msg(got + r <= n, "%d completions, expected %d", got + r, n);
+		for (int i = 0; i < r; i++, got++) {
+			ck_assert_ptr_eq(c[i].owner, owner);
+			ck_assert_uint_eq(c[i].wc.wr_id, first + (uint64_t)got);
+			ck_assert_int_eq(c[i].wc.status, status);
+			ck_assert_int_eq(c[i].wc.opcode, opcode);
+		}
+	}
+}
+
+START_TEST(test_completions_come_in_batches_of_at_most_max_in_post_order_and_drained_comes_alone)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 0 }, dst[16 * 8] = { 0 };
+	struct qsm_fabric_wr wrs[12];
+	struct qsm_fabric_sge one;
+	struct region rs, rd;
+	int posted;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	one = sge(&rs, 0, 8);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 12; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rd, 8 * i, 8)), 0);
+	for (int i = 0; i < 12; i++)
+		wrs[i] = (struct qsm_fabric_wr){ .wr_id = 1 + i, .opcode = QSM_WR_SEND, .flags = QSM_POST_SIGNALED,
+						 .sg_list = &one, .num_sge = 1 };
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, 12, &posted), 0);
+	ck_assert_int_eq(posted, 12);
+	expect_batches(fs, &SRV, 12, 5, 100, QSM_WC_SUCCESS, QSM_WR_RECV);
+	expect_batches(fc, &CLI, 12, QSM_FABRIC_CQE_BATCH, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+
+	/* Flushes in batches; DRAINED is no completion: it ends them, returned alone. */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 200 + i, sge(&rd, 8 * i, 8)), 0);
+	ck_assert_int_eq(fs->ops->drain(p), 0);
+	expect_batches(fs, &SRV, 4, QSM_FABRIC_CQE_BATCH, 200, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
+	expect(fs, QSM_EV_DRAINED, &SRV);
+	expect_none(fs);
+	expect_none(fc);
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
 	pair_down(l, a, p);
 	assert_clean();
 }
@@ -1300,6 +1385,7 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none);
 	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
 	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
+	tcase_add_test(tc, test_completions_come_in_batches_of_at_most_max_in_post_order_and_drained_comes_alone);
 	return 28;
 }
 

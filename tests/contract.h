@@ -42,6 +42,7 @@ struct contract_fixture {
 extern const struct contract_fixture *contract_fx;
 extern struct qsm_fabric *fc, *fs;
 extern struct qsm_fabric_event ev;
+extern struct qsm_fabric_cqe cqe;   /* the last completion (ev.event QSM_EV_COMPLETION) */
 extern char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;   /* owners: distinct addresses are all a fabric needs */
 extern const struct qsm_fabric_qp_attr qp_attr;
 

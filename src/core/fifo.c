@@ -98,10 +98,3 @@ int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_
 	return 0;
 }
 
-void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
-{
-	(void)ctx;
-	if (--o->refs || !o->closed)
-		return;
-	o->ops->free(o);
-}

@@ -98,6 +98,8 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 		ctx->fifo_len--;
 		qsm_obj_put(ctx, it->target);
 	}
+	while (ctx->cqe_next < ctx->cqe_len)
+		qsm_obj_put(ctx, ctx->cqe[ctx->cqe_next++].owner);
 	teardown_objects(ctx, true);
 	for (size_t i = 0; i < sizeof(ctx->on_free) / sizeof(ctx->on_free[0]); i++)
 		if (ctx->on_free[i])
@@ -138,17 +140,81 @@ static void dispatch_item(struct qsm_ctx *ctx, const struct qsm_item *it)
 	ctx->current = NULL;
 }
 
-/* Copy one fabric event into the FIFO, addressed to whoever must see it (a completion goes to
- * its queue at once: 1). */
-static int take_fabric_event(struct qsm_ctx *ctx)
+/* A CONNECT_REQUEST nobody can take: refused, its id destroyed. */
+static void refuse_request(struct qsm_ctx *ctx, const struct qsm_fabric_event *ev)
 {
+	if (ev->event == QSM_EV_CONNECT_REQUEST && ev->id) {
+		ctx->ops->reject(ev->id, NULL, 0);
+		ctx->ops->destroy_id(ev->id);
+	}
+}
+
+static void release_held(struct qsm_ctx *ctx)
+{
+	while (ctx->nheld)
+		qsm_obj_put(ctx, ctx->held[--ctx->nheld]);
+}
+
+/*
+ * A batch of completions, each straight to its queue's handler, in order, with nothing held
+ * per completion (only a queue the batch closes is held, by its op).  If a handler queues an
+ * event (a WC_ERROR, a downcall), the rest waits in ctx->cqe behind the FIFO, holding its
+ * owners, with their id_gen of now (none let go of its id unseen: the op checks the id).
+ * Counted as if each had passed the FIFO.  Returns how many were dispatched.
+ */
+static unsigned run_batch(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *cqe, unsigned n)
+{
+	const struct qsm_obj_ops *ops = ((const struct qsm_obj *)cqe[0].owner)->ops;
+	unsigned i = ops->complete(ctx, cqe, n, NULL);
+
+	ctx->counters.fabric_events += n;
+	ctx->counters.popped += i;
+	ctx->cqe_next = 0;
+	ctx->cqe_len = n - i;
+	for (unsigned k = 0; k < n - i; k++) {
+		struct qsm_obj *o = cqe[i + k].owner;
+
+		o->refs++;
+		ctx->cqe[k] = cqe[i + k];
+		ctx->cqe_gen[k] = o->id_gen;
+	}
+	release_held(ctx);
+	return i;
+}
+
+/* What is left of a batch, at most `room`, while the FIFO is empty. */
+static unsigned dispatch_left(struct qsm_ctx *ctx, unsigned room)
+{
+	unsigned next = ctx->cqe_next, left = ctx->cqe_len - next, k;
+	const struct qsm_obj_ops *ops = ((const struct qsm_obj *)ctx->cqe[next].owner)->ops;
+
+	k = ops->complete(ctx, &ctx->cqe[next], left < room ? left : room, &ctx->cqe_gen[next]);
+	for (unsigned j = next; j < next + k; j++)
+		qsm_obj_put(ctx, ctx->cqe[j].owner);
+	ctx->cqe_next = next + k;
+	ctx->counters.popped += k;
+	release_held(ctx);
+	return k;
+}
+
+/*
+ * Ask the fabric once, into an empty FIFO with no batch left, for at most `room` completions:
+ * a batch goes to the queues' handlers (the number dispatched), any other event into the FIFO
+ * addressed to whoever must see it (0).
+ */
+static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
+{
+	struct qsm_fabric_cqe cqe[QSM_FABRIC_CQE_BATCH];
 	struct qsm_fabric_event ev;
 	struct qsm_obj *target;
 	struct qsm_item *it;
-	int r = ctx->ops->get_event(ctx->fabric, &ev);
+	int r = ctx->ops->get_event(ctx->fabric, &ev, cqe,
+				    room < QSM_FABRIC_CQE_BATCH ? (int)room : QSM_FABRIC_CQE_BATCH);
 
 	if (r < 0)
 		return r;
+	if (r > 0)
+		return (int)run_batch(ctx, cqe, (unsigned)r);
 	ctx->counters.fabric_events++;
 	if (ev.event == QSM_EV_CONNECT_REQUEST)
 		target = ev.listen_owner;
@@ -166,37 +232,12 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 		/* An id nobody owns: only a request whose listener is gone can be that. */
 		ctx->counters.orphans++;
 		qsm_trace(ctx, "fabric", NULL, 0, "-", ev.event, NULL, ev.status);
-		if (ev.event == QSM_EV_CONNECT_REQUEST && ev.id) {
-			ctx->ops->reject(ev.id, NULL, 0);
-			ctx->ops->destroy_id(ev.id);
-		}
+		refuse_request(ctx, &ev);
 		return 0;
-	}
-	if (ev.event == QSM_EV_COMPLETION) {
-		/* The loop takes a fabric event only into an empty FIFO, so everything queued before
-		 * this completion has been dispatched: it goes to its queue now, with no FIFO slot
-		 * and no copy (its order against the queue's other events is the same). */
-		struct qsm_item one;
-
-		one.target = target;
-		one.id = ev.id;
-		one.gen = target->id_gen;
-		one.event = ev.event;
-		one.status = ev.status;
-		one.wc = ev.wc;
-		one.pdata_len = 0;
-		target->refs++;
-		ctx->counters.popped++; /* taken at once: counted as if it had passed the FIFO */
-		dispatch_item(ctx, &one);
-		qsm_obj_put(ctx, target);
-		return 1;
 	}
 	r = qsm_fifo_push(ctx, &it);
 	if (r < 0) {
-		if (ev.event == QSM_EV_CONNECT_REQUEST && ev.id) {
-			ctx->ops->reject(ev.id, NULL, 0);
-			ctx->ops->destroy_id(ev.id);
-		}
+		refuse_request(ctx, &ev);
 		ctx->counters.orphans++;
 		return r;
 	}
@@ -205,7 +246,6 @@ static int take_fabric_event(struct qsm_ctx *ctx)
 	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;
-	it->wc = ev.wc;
 	it->pdata_len = ev.private_data_len > sizeof(it->pdata) ? sizeof(it->pdata) : ev.private_data_len;
 	memcpy(it->pdata, ev.private_data, it->pdata_len);
 	target->refs++;
@@ -233,17 +273,18 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		/* Timers fire only into an empty FIFO: an item still queued may move its object to
 		 * another state (cancelling the timer), and an expiry queued behind it would then
 		 * reach a state it was never armed for. */
+		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
+			n += dispatch_left(ctx, budget - n);
+			continue;
+		}
 		if (!ctx->fifo_len)
 			qsm_timers_fire(ctx);
 		if (!ctx->fifo_len) {
-			int r = take_fabric_event(ctx);
+			int r = take_fabric_event(ctx, budget - n);
 
 			if (r < 0)
 				break;
-			if (r > 0) {
-				n++; /* a completion, handed straight to its queue */
-				continue;
-			}
+			n += (unsigned)r;   /* completions, straight to their queues' handlers */
 		}
 		if (!ctx->fifo_len)
 			continue;
@@ -260,14 +301,14 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 	if (!outer)
 		return (int)n;
 	ctx->dispatching = false;
-	if (!ctx->fifo_len && ctx->kicked) {
+	if (!ctx->fifo_len && ctx->cqe_next == ctx->cqe_len && ctx->kicked) {
 		uint64_t buf;
 
 		ctx->kicked = false;
 		if (read(ctx->kickfd, &buf, sizeof(buf)) < 0) {
 			/* EAGAIN: already drained */
 		}
-	} else if (ctx->fifo_len && !ctx->kicked) {
+	} else if ((ctx->fifo_len || ctx->cqe_next < ctx->cqe_len) && !ctx->kicked) {
 		qsm_fifo_kick(ctx); /* the budget ran out with work queued: the fd says so */
 	}
 	qsm_fifo_trim(ctx);

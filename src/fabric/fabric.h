@@ -23,10 +23,10 @@
  * - Calls never invoke the runtime: everything asynchronous comes back as an event
  *   from get_event().  A call that fails returns a negative errno, has no effect,
  *   and produces no event (e.g. resolve_addr() failing means no ADDR_ERROR follows).
- * - get_event() never blocks: 0 and *ev filled, or -EAGAIN.  Events are copied
- *   (private data included) and acked before it returns, so destroy_id() never
- *   waits on user code.  fd() is readable whenever get_event() may return 0
- *   (level triggered; spurious wake-ups are allowed).
+ * - get_event() never blocks: 0 and *ev filled, n > 0 completions in cqe[0..n) (n <= max,
+ *   max >= 1), or -EAGAIN.  Events are copied (private data included) and acked before it
+ *   returns, so destroy_id() never waits on user code.  fd() is readable whenever get_event()
+ *   may return something (level triggered; spurious wake-ups are allowed).
  * - destroy_id() destroys the id's QP first if there is one, then the id; after it,
  *   no event for that id is ever returned (pending ones are dropped) -- except that
  *   a CONNECT_REQUEST already returned hands ownership of the new id to the runtime.
@@ -56,7 +56,12 @@ struct qsm_fdev;         /* an RDMA device (ibv_context) */
 struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 
 /*
- * Data path (the same contract: calls never call back, results come as events):
+ * Data path (the same contract: calls never call back, results come from get_event()):
+ * - Completions come in batches: get_event() returns the completions at the head of the
+ *   fabric's order, as many as are ready up to `max`, in that order, straight from the
+ *   device's poll where it can (no copy of a whole event, no allocation, no lock).  An event
+ *   that is not a completion (DRAINED, QP_FATAL, CM) ends a batch: it is returned alone, by
+ *   a later call.  The caller may take fewer per call (max 1: one at a time).
  * - post_send() posts a list wr[0..n) with one doorbell.  What is wrong with any WR (opcode,
  *   SGEs, INLINE beyond max_inline_data or on a READ) is -EINVAL and posts none; n more WRs
  *   than the send queue has free is -ENOBUFS and posts none.  Only the device may refuse
@@ -69,7 +74,7 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  * - reg_mr() registers memory with the device's PD; dereg_mr() releases it.  An MR keeps
  *   its device's resources alive like a device_get() reference does.
  * - post_send()/post_recv() post on the id's QP.  Every signaled send WR and every recv WR
- *   comes back as exactly one QSM_EV_COMPLETION event (owner = the id's owner, `wc`
+ *   comes back as exactly one completion (a struct qsm_fabric_cqe: owner = the id's owner, `wc`
  *   filled), in the order the QP completes them; unsignaled sends come back only in error.
  *   After the QP went to ERR (drain, disconnect, fatal error) outstanding WRs complete
  *   with QSM_WC_WR_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
@@ -105,7 +110,9 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  * (test_post_after_err_returns_0_and_completes_with_flush_err).
  */
 
-/* Not a machine event: completions go to the class's completion handler directly. */
+/* Not a machine event: completions go to the class's completion handler directly.  The
+ * fabrics return them as struct qsm_fabric_cqe, never in a qsm_fabric_event; the number names
+ * them in traces and in the sim's queue. */
 #define QSM_EV_COMPLETION 112
 
 /* The data path's public types (sge, completion status, opcodes, access bits) are shared. */
@@ -126,16 +133,26 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 #define QSM_PDATA_REJ_MAX 148
 
 struct qsm_fabric_event {
-	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED, COMPLETION */
+	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED */
 	int status;               /* rdma_cm status: negative errno, or the reject reason for REJECTED */
 	void *owner;              /* owner of `id` at the time the event was taken */
 	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */
 	void *listen_owner;       /* CONNECT_REQUEST: owner of the listening id */
 	struct qsm_fdev *device;  /* DEVICE_ADDED / DEVICE_REMOVAL: the device */
-	struct qsm_fabric_wc wc;  /* QSM_EV_COMPLETION */
 	size_t private_data_len;
 	uint8_t private_data[QSM_FABRIC_PDATA_MAX];
 };
+
+/* One completion of a batch: for the owner of `id` when it was taken (never NULL: an id gets
+ * its QP from the runtime object that owns it). */
+struct qsm_fabric_cqe {
+	void *owner;
+	struct qsm_fid *id;
+	struct qsm_fabric_wc wc;
+};
+
+/* The most completions one get_event() call hands over, as a poll loop takes them. */
+#define QSM_FABRIC_CQE_BATCH 16
 
 /* What the runtime asks for when it creates a QP (RC, on the id's device). */
 struct qsm_fabric_qp_attr {
@@ -150,7 +167,8 @@ struct qsm_fabric_ops {
 	const char *name;
 	void (*destroy)(struct qsm_fabric *f);    /* every id must be gone already */
 	int (*fd)(struct qsm_fabric *f);
-	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev);
+	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
+			 int max);
 
 	int (*create_id)(struct qsm_fabric *f, void *owner, struct qsm_fid **ret);
 	void (*set_owner)(struct qsm_fid *id, void *owner);

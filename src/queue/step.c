@@ -57,15 +57,16 @@ static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_i
  * allocate.  -ENOMEM all the same: the caller steps it at once after the handler, never lost.
  * A queue the handler aborts drops it, as it drops every event once dead.
  */
-static int queue_wc_error(struct qsm_conn *q, const struct qsm_item *it)
+static int queue_wc_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 {
 	struct qsm_item wce;
 
-	if (it->wc.status == QSM_WC_SUCCESS || it->wc.status == QSM_WC_WR_FLUSH_ERR ||
+	if (c->wc.status == QSM_WC_SUCCESS || c->wc.status == QSM_WC_WR_FLUSH_ERR ||
 	    q->wc_error_queued)
 		return 0;
 	q->wc_error_queued = true;
-	wce = *it;   /* its id and gen: stale, like the completion, once the id is let go of */
+	/* its id: stale, like the completion, once the queue lets go of the id */
+	wce.id = c->id;
 	wce.event = QSM_EV_WC_ERROR;
 	wce.status = -EIO;
 	wce.pdata_len = 0;
@@ -340,18 +341,6 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		ctx->counters.dropped++;
 		return;
 	}
-	if (it->event == QSM_EV_COMPLETION) {
-		bool wc_error_now = queue_wc_error(q, it) < 0;
-
-		completion(q, &it->wc);
-		take_abort(q);
-		if (!wc_error_now || q->dead)
-			return;
-		qp_feed(q, QSM_EV_WC_ERROR);
-		step(q, QSM_EV_WC_ERROR, -EIO, NULL, 0);
-		take_abort(q);
-		return;
-	}
 	/* what the QP itself went through, before the queue's machine hears of it */
 	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED)
 		qp_feed(q, it->event);
@@ -405,8 +394,80 @@ static int conn_state(const struct qsm_obj *o, enum qsm_machine *m)
 	return q->dead ? -1 : q->state;
 }
 
+/* An error completion: WC_ERROR, the QP's first, queued before the handler runs (stepped at
+ * once after it if the FIFO had no room). */
+static void complete_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
+{
+	bool wc_error_now = queue_wc_error(q, c) < 0;
+
+	completion(q, &c->wc);
+	take_abort(q);
+	if (!wc_error_now || q->dead)
+		return;
+	qp_feed(q, QSM_EV_WC_ERROR);
+	step(q, QSM_EV_WC_ERROR, -EIO, NULL, 0);
+	take_abort(q);
+}
+
+/* One completion to its handler; a queue it closes is held until the batch is done. */
+static inline void complete_one(struct qsm_ctx *ctx, struct qsm_conn *q, const struct qsm_fabric_cqe *c)
+{
+	int r;
+
+	if (c->wc.status == QSM_WC_SUCCESS) {
+		ctx->counters.completions++;
+		if (!q->vt->completion || !(r = q->vt->completion(q, &c->wc)))
+			return;
+		refused(q, r);
+		take_abort(q);
+	} else {
+		complete_error(q, c);
+	}
+	qsm_obj_hold(ctx, &q->obj);
+}
+
+static inline struct qsm_conn *owner_of(const struct qsm_fabric_cqe *c)
+{
+	return qsm_container_of((struct qsm_obj *)c->owner, struct qsm_conn, obj);
+}
+
+/*
+ * Completions of a batch, straight from the fabric to the handlers, while the FIFO stays empty.
+ * Stale when the queue let go of the id since: the id itself (within the batch it came in),
+ * and gen (set aside since).  Nothing is held per completion: a queue closes here only by an
+ * abort or an error completion's step, and is then held until the batch is done.
+ */
+static unsigned conn_complete(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *c, unsigned n,
+			      const uint32_t *gen)
+{
+	unsigned i;
+
+	if (gen) {
+		/* set aside behind the FIFO: the id may have been let go of since, and reused */
+		for (i = 0; i < n && !ctx->fifo_len; i++) {
+			struct qsm_conn *q = owner_of(&c[i]);
+
+			if (q->dead || c[i].id != q->id || gen[i] != q->obj.id_gen)
+				ctx->counters.dropped++;
+			else
+				complete_one(ctx, q, &c[i]);
+		}
+		return i;
+	}
+	for (i = 0; i < n && !ctx->fifo_len; i++) {
+		struct qsm_conn *q = owner_of(&c[i]);
+
+		if (q->dead || c[i].id != q->id)
+			ctx->counters.dropped++;   /* destroyed (closed too), or of an older id */
+		else
+			complete_one(ctx, q, &c[i]);
+	}
+	return i;
+}
+
 const struct qsm_obj_ops qsm_conn_ops = {
 	.dispatch = conn_dispatch,
+	.complete = conn_complete,
 	.teardown = conn_teardown,
 	.free = conn_free,
 	.state = conn_state,

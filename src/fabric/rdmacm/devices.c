@@ -91,15 +91,16 @@ void qsm_rc_fid_attach(struct qsm_fid *id)
 
 /* Never blocks: ibv_destroy_cq waits only for events read and not acked, and those are acked
  * here; the kernel discards the ones still unread in the channel. */
-/* The number of hot CQs changes: hot_fd is readable exactly while it is not 0. */
+/* The reasons to be called at once change (hot CQs, lq not empty): hot_fd is readable exactly
+ * while there is one. */
 void qsm_rc_hot_changed(struct rc_fabric *f, int delta)
 {
 	uint64_t v;
 
-	if (!f->hot_cqs && delta > 0)
+	if (!f->hot && delta > 0)
 		(void)!write(f->hot_fd, &(uint64_t){ 1 }, sizeof(uint64_t));
-	f->hot_cqs += delta;
-	if (!f->hot_cqs)
+	f->hot += delta;
+	if (!f->hot)
 		(void)!read(f->hot_fd, &v, sizeof(v));
 }
 
@@ -210,53 +211,57 @@ void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
 		cq_free(d, c);
 }
 
-static int cq_drain(struct rc_cq *c, struct qsm_fdev *d, void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
-{
-	struct ibv_wc wc[16];
-	int n, got = 0;
-
-	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
-		for (int i = 0; i < n; i++)
-			fn(d, &wc[i]);
-		got += n;
-	}
-	return got;
-}
-
 /*
- * A CQ whose event came goes hot: it is acked and polled dry, and not re-armed, so that while
+ * A CQ whose event came goes hot: it is acked and polled, and not re-armed, so that while
  * completions keep coming it costs no channel read and no re-arm per batch.  A hot CQ whose
- * poll finds nothing is re-armed and polled once more (what came in between is not missed);
- * if that finds nothing either it goes cold and waits for its next event.
+ * polls found nothing CQ_HOT_IDLE_POLLS times in a row is re-armed and polled once more (what
+ * came in between is not missed); if that finds nothing either it goes cold and waits for its
+ * next event.  While any CQ is hot the fabric's fd stays readable, so a caller that sleeps on
+ * it spins at most that many times before it sleeps.
  */
-void qsm_rc_cq_harvest(struct qsm_fdev *d, bool from_channel,
-		       void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc))
+void qsm_rc_cq_events(struct qsm_fdev *d)
 {
 	struct qsm_list *pos, *tmp;
 	struct ibv_cq *cq;
 	void *cq_ctx;
 
-	while (from_channel && ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
+	while (ibv_get_cq_event(d->cc, &cq, &cq_ctx) == 0)
 		((struct rc_cq *)cq_ctx)->events++;
 	qsm_list_each(pos, tmp, &d->cqs) {
 		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
 
-		if (c->events) {
-			ibv_ack_cq_events(c->cq, c->events);
-			c->events = 0;
-			if (!c->hot) {
-				c->hot = true;
-				qsm_rc_hot_changed(d->fab, 1);
-			}
-		}
-		if (!c->hot || cq_drain(c, d, fn))
+		if (!c->events)
 			continue;
-		ibv_req_notify_cq(c->cq, 0);
-		if (!cq_drain(c, d, fn)) {
-			c->hot = false;
-			qsm_rc_hot_changed(d->fab, -1);
+		ibv_ack_cq_events(c->cq, c->events);
+		c->events = 0;
+		if (!c->hot) {
+			c->hot = true;
+			c->idle = 0;
+			qsm_rc_hot_changed(d->fab, 1);
 		}
 	}
+}
+
+int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)
+{
+	int n = ibv_poll_cq(c->cq, max, wc);
+
+	if (n > 0) {
+		c->idle = 0;
+		return n;
+	}
+	/* A busy CQ between two completions: polled again, still unarmed, a few times (a poll
+	 * costs no system call; a re-arm and the channel read that follows cost two). */
+	if (++c->idle < CQ_HOT_IDLE_POLLS)
+		return 0;
+	c->idle = 0;
+	ibv_req_notify_cq(c->cq, 0);
+	n = ibv_poll_cq(c->cq, max, wc);
+	if (n > 0)
+		return n;
+	c->hot = false;
+	qsm_rc_hot_changed(d->fab, -1);
+	return 0;
 }
 
 /* ---- the device's resources ---- */

@@ -18,8 +18,8 @@ static struct qsm_fid *fid_new(struct rc_fabric *f, struct rdma_cm_id *cm, void 
 	id->cm = cm;
 	id->owner = owner;
 	qsm_list_init(&id->qp_node);
-	qsm_list_init(&id->wq[WQ_SEND]);
-	qsm_list_init(&id->wq[WQ_RECV]);
+	qsm_list_init(&id->late);
+	qsm_list_init(&id->lq_node);
 	cm->context = id;
 	qsm_list_add_tail(&f->ids, &id->node);
 	return id;

@@ -23,10 +23,11 @@ static void rc_destroy(struct qsm_fabric *base)
 		return;
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu, flush %llu, error %llu, "
-			"dropped %llu, unknown status %llu; flushes synthesised %llu\n", (unsigned long long)f->posts,
-			(unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
+			"dropped %llu, unknown status %llu, out of order %llu; flushes synthesised %llu\n",
+			(unsigned long long)f->posts, (unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
-			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_synth);
+			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_order,
+			(unsigned long long)f->wc_synth);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: CQ pool: at most %u CQs on a device; created %llu, freed %llu "
 			"(empty extras, and with the device), resized %llu\n", f->cq_peak,
@@ -49,6 +50,7 @@ static void rc_destroy(struct qsm_fabric *base)
 		qsm_rc_dev_settle(d);
 	}
 	qsm_pending_fini(&f->pq);
+	free(f->qpt);
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
 	close(f->tfd);
@@ -89,49 +91,25 @@ static int learn_ready(struct rc_fabric *f)
 	return n < 0 ? 0 : n;
 }
 
-static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
+/* Every device's completion channel read and its CQs marked hot; async events taken. */
+static void take_device_sources(struct rc_fabric *f)
 {
-	struct rc_fabric *f;
-	struct qsm_pending *p;
-	int r;
+	struct qsm_list *pos, *tmp;
 
-	if (!base || !ev)
-		return -EINVAL;
-	f = to_fab(base);
-	f->get_calls++;
-	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
-	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
-	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick) {
-		if (f->hot_cqs && ++f->hot_skips < HOT_EPOLL_EVERY) {
-			qsm_rc_harvest_completions(f, false); /* busy: poll, do not ask epoll */
-			goto pending;
-		}
-		f->hot_skips = 0;
-		if (!learn_ready(f) && !f->hot_cqs)
-			return -EAGAIN;
+	qsm_list_each(pos, tmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+
+		if (d->cc)
+			qsm_rc_cq_events(d);
 	}
-	if (f->ready_cm) {
-		r = qsm_rc_take_cm_event(f, ev);
-		if (r != -EAGAIN)
-			return r;
-		f->ready_cm = false;
-	}
-	if (f->ready_pins) {
-		f->ready_pins = false;
-		qsm_rc_pins_take_events();
-	}
-	if (f->ready_devs) {
-		f->ready_devs = false;
-		qsm_rc_harvest_completions(f, true);
-		qsm_rc_harvest_async(f);
-	} else if (f->hot_cqs) {
-		qsm_rc_harvest_completions(f, false);
-	}
-	if (f->ready_tick) {
-		f->ready_tick = false;
-		qsm_rc_poll_devices(f);
-	}
-pending:
+	qsm_rc_harvest_async(f);
+}
+
+/* The events other threads' fabrics may push (QP_FATAL of a shared context, DEVICE_ADDED). */
+static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
+{
+	struct qsm_pending *p;
+
 	while ((p = qsm_pending_pop(&f->pq))) {
 		if (p->device_wide) {
 			/* expanded here, in the fabric's own thread, where its QP list is safe */
@@ -155,7 +133,6 @@ pending:
 			qsm_rc_wq_flush_heads(p->id);
 		}
 		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
-		ev->wc = p->wc;
 		ev->event = p->event;
 		ev->status = p->status;
 		ev->id = p->id;
@@ -165,6 +142,65 @@ pending:
 		return 0;
 	}
 	return -EAGAIN;
+}
+
+/*
+ * In order: our own flushes (lq), then -- while CQs are hot and epoll was asked within the
+ * last HOT_EPOLL_EVERY calls -- completions only; else what epoll says is ready: the CM
+ * channel, the pins, the devices' channels and async fds, the device-list timer; then the
+ * completions of the hot CQs, and the events pushed to the pending queue.
+ */
+static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
+			int max)
+{
+	struct rc_fabric *f;
+	int r;
+
+	if (!base || !ev || !cqe || max < 1)
+		return -EINVAL;
+	f = to_fab(base);
+	f->get_calls++;
+	if (!qsm_list_empty(&f->lq))
+		return qsm_rc_lq_take(f, ev, cqe, max);
+	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
+	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
+	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick) {
+		if (f->hot && ++f->hot_skips < HOT_EPOLL_EVERY) {
+			r = qsm_rc_poll_cqs(f, cqe, max); /* busy: poll, do not ask epoll */
+			if (r)
+				return r;
+			goto rest;
+		}
+		f->hot_skips = 0;
+		if (!learn_ready(f) && !f->hot)
+			return -EAGAIN;
+	}
+	if (f->ready_cm) {
+		r = qsm_rc_take_cm_event(f, ev);
+		if (r != -EAGAIN)
+			return r;
+		f->ready_cm = false;
+	}
+	if (f->ready_pins) {
+		f->ready_pins = false;
+		qsm_rc_pins_take_events();
+	}
+	if (f->ready_devs) {
+		f->ready_devs = false;
+		take_device_sources(f);
+	}
+	if (f->ready_tick) {
+		f->ready_tick = false;
+		qsm_rc_poll_devices(f);
+	}
+	r = qsm_rc_poll_cqs(f, cqe, max);
+	if (r)
+		return r;
+rest:
+	/* a marker or an error polled just now may have put flushes of ours on lq */
+	if (!qsm_list_empty(&f->lq))
+		return qsm_rc_lq_take(f, ev, cqe, max);
+	return take_pending(f, ev);
 }
 
 static const struct qsm_fabric_ops rc_ops = {
@@ -214,6 +250,8 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	f->epfd = f->tfd = f->pq.kfd = f->hot_fd = -1;
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
+	qsm_list_init(&f->lq);
+	f->qpt_free = UINT32_MAX;
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {
 		r = errno_or(ENODEV);

@@ -23,6 +23,12 @@
 
 /* ---- objects ---- */
 
+struct rc_qpt {
+	struct qsm_fid *id;              /* NULL: free, next_free links it */
+	uint32_t gen;                    /* bumped when the slot is freed */
+	uint32_t next_free;
+};
+
 struct vctx;                      /* a process-wide verbs context (pins.c) */
 struct rc_fabric;
 
@@ -37,8 +43,11 @@ struct rc_cq {
 	unsigned nqps;
 	unsigned events;                 /* completion events read from the channel, not yet acked */
 	bool hot;                        /* its last poll found completions: polled again at the
-	                                    next get_event, unarmed, until a poll finds none */
+	                                    next get_event, unarmed, until polls find none */
+	unsigned idle;                   /* polls in a row that found none, while hot */
 };
+
+#define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold */
 
 struct qsm_fdev {
 	struct qsm_list node;            /* in rc_fabric.devs */
@@ -64,6 +73,27 @@ struct qsm_fdev {
 
 enum { WQ_SEND = 0, WQ_RECV = 1 };
 
+/* A WR on the QP, in its work queue's ring at seq & mask (verbs.c). */
+struct rc_slot {
+	uint64_t wr_id;                  /* the ULP's */
+	uint8_t opcode;                  /* enum qsm_wr_opcode */
+	bool signaled;
+};
+
+/*
+ * One work queue of a QP.  Its WRs complete in post order (the IB spec, for an RC QP without
+ * SRQ), so the WRs on the QP are the seqs head..tail-1 and a completion's WR is found from the
+ * seq in its wr_id in O(1), with nothing allocated per post.  A WR posted once the QP is in ERR
+ * is not given to the QP: it waits on the QP's `late` list, behind its work queue's ring, for
+ * its flush from us.
+ */
+struct rc_wq {
+	struct rc_slot *ring;
+	uint32_t mask;                   /* ring size - 1 (a power of two, >= cap) */
+	uint32_t cap;                    /* the ULP's limit: tail - head <= cap */
+	uint32_t head, tail;
+};
+
 struct qsm_fid {
 	struct qsm_list node;            /* in rc_fabric.ids */
 	struct rc_fabric *fab;
@@ -76,16 +106,20 @@ struct qsm_fid {
 	bool draining, fatal_sent;
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
-	uint64_t qp_serial;
+	bool flush_all;                  /* the drain marker came: every WR left is flushed by us */
+	bool drained_due;                /* DRAINED follows those flushes */
+	bool on_lq;                      /* in rc_fabric.lq: flushes of ours to hand out */
+	struct qsm_list lq_node;
+	uint32_t qpt_slot;               /* in rc_fabric.qpt, named in its WRs' tags */
+	uint64_t qp_key;                 /* that slot and its generation, as tags carry them */
 	uint32_t qp_num;
 	struct rc_cq *cq;                /* the pool's CQ it is on, while it has a QP */
 	int qp_wrs;                      /* CQ entries it reserved there */
-	struct qsm_list wq[2];           /* outstanding WRs (verbs.c's wr_rec), WQ_SEND and WQ_RECV */
-	unsigned wq_hw[2], wq_cap[2];    /* WRs on the QP per work queue, and the ULP's limit */
+	struct rc_wq wq[2];              /* WQ_SEND and WQ_RECV */
+	struct qsm_list late;            /* struct rc_late of both, in post order */
 	uint32_t inline_cap;             /* the ULP's max_inline_data (the provider may give more) */
-	struct ibv_send_wr *swr;         /* wq_cap[WQ_SEND] of them: a list's one doorbell, */
+	struct ibv_send_wr *swr;         /* wq[WQ_SEND].cap of them: a list's one doorbell, */
 	struct ibv_sge *ssge;            /* with QSM_FABRIC_MAX_SGE SGEs each, no allocation per post */
-	uint32_t next_seq;
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
 };
@@ -96,12 +130,18 @@ struct rc_fabric {
 	int epfd, tfd;
 	struct qsm_list ids, devs;
 	struct qsm_pending_queue pq;     /* what get_event() reports after the CM's events */
+	/* QPs with flushes of ours to hand out (and maybe DRAINED after them), made in this
+	 * fabric's thread only: no lock, nothing allocated (they come from the QPs' rings). */
+	struct qsm_list lq;
+	/* QP table: a completion's QP from the slot and generation in its wr_id's tag, O(1) */
+	struct rc_qpt *qpt;
+	uint32_t qpt_len, qpt_cap, qpt_free;
 	bool polled_once;
-	uint64_t next_qp_serial;
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
+	uint64_t wc_order;                /* WRs a provider skipped (completed a later one first) */
 	/* the CQ pools: CQs created, freed (empty extras, and with the device's resources), resized;
 	 * the most CQs one device's pool held at once */
 	uint64_t cq_created, cq_freed, cq_resized;
@@ -111,8 +151,9 @@ struct rc_fabric {
 	bool ready_cm, ready_pins, ready_devs, ready_tick;
 	/* Busy CQs polled without waiting for their events (as a poll loop does, but never
 	 * hiding the CM: epoll is still asked every HOT_EPOLL_EVERY calls); hot_fd, in the
-	 * fabric's epoll, is readable while any is hot, so the ctx fd says there is work. */
-	unsigned hot_cqs, hot_skips;
+	 * fabric's epoll, is readable while `hot` (hot CQs, plus one while lq is not empty) is
+	 * not 0, so the ctx fd says there is work. */
+	unsigned hot, hot_skips;
 	int hot_fd;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 };
@@ -193,9 +234,11 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via);
 struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
 /* The reservation given back (the QP is destroyed); an empty CQ that is not the last is freed. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
-/* Every CQ whose channel fired: events acked, re-armed, then polled empty into fn. */
-void qsm_rc_cq_harvest(struct qsm_fdev *d, bool from_channel,
-		       void (*fn)(struct qsm_fdev *d, const struct ibv_wc *wc));
+/* The completion channel read dry: every CQ that fired is acked and goes hot. */
+void qsm_rc_cq_events(struct qsm_fdev *d);
+/* Up to max completions of a hot CQ; one found empty is re-armed and polled once more, and
+ * goes cold if that finds none either. */
+int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max);
 void qsm_rc_hot_changed(struct rc_fabric *f, int delta);
 /* Every reference of a device is checked here: resources go when unused, the object when
  * nothing refers to it and it is no longer in the device list. */
@@ -221,9 +264,16 @@ void qsm_rc_dereg_mr(struct qsm_fmr *m);
 int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		     int num_sge);
-/* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */
+/* The QP is known to be in ERR: WRs posted since that nothing on the QP precedes any more
+ * are flushed by us, in order (handed out from lq). */
 void qsm_rc_wq_flush_heads(struct qsm_fid *id);
-void qsm_rc_harvest_completions(struct rc_fabric *f, bool from_channel);
+/* Completions of the hot CQs, up to max, straight into cqe[] (wr_id -> WR in O(1)). */
+int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
+/* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);
+ * -EAGAIN when lq is empty. */
+int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max);
+/* Bytes the fabric holds for one QP of these caps (the id, its rings, its send lists). */
+size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
 
 /* ---- ids.c: rdma_cm ids and the CM channel ---- */
 

@@ -1,13 +1,24 @@
-/* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, MRs, posts, completions
- * matched to their WRs by tag, the drain marker, and the flushes the provider does not make. */
+/* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, MRs, posts into
+ * per-QP rings, completions polled in batches straight to the caller (wr_id -> WR in O(1)), the
+ * drain marker, and the flushes the provider does not make. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "fabric/rdmacm/rdmacm.h"
 
-#define MARKER_BIT (1ull << 63)   /* wr_id of a drain marker: the bit and the QP's serial */
-#define TAG_RECV (1ull << 62)     /* wr_id of a posted WR: recv bit, QP serial (30 bits), seq */
-#define TAG_SERIAL_MASK 0x3fffffffull
+/*
+ * A WR's wr_id given to verbs is a tag, never a pointer: bit 63 the drain marker, bit 62 a
+ * receive, bits 32-61 the QP (its slot in the fabric's QP table, 20 bits, and the slot's
+ * generation, 10 bits), bits 0-31 the WR's seq in its work queue.  A completion left in a CQ of
+ * the pool by a destroyed QP, or one for a WR whose flush we made already, is recognised (slot,
+ * generation, qp_num, seq in head..tail) and dropped.
+ */
+#define MARKER_BIT (1ull << 63)
+#define TAG_RECV (1ull << 62)
+#define TAG_SLOT_BITS 20
+#define TAG_GEN_MASK 0x3ffu
+#define QPT_MAX (1u << TAG_SLOT_BITS)
+#define QPT_NONE UINT32_MAX
 
 /* A registered memory region: holds its device's resources (PD) like a device_get(). */
 struct qsm_fmr {
@@ -15,39 +26,13 @@ struct qsm_fmr {
 	struct qsm_fdev *dev;
 };
 
-/*
- * One WR posted on a QP, kept in post order per work queue until it completes.  The wr_id
- * given to verbs is a tag (work queue, QP serial, sequence number), never a pointer, so a
- * completion left in a CQ of the pool by a destroyed QP (whose number may be reused) or one for
- * a WR whose flush the backend already synthesised is recognised and dropped.
- */
-struct wr_rec {
-	struct qsm_pending done;         /* first: the record is its own completion (pending.h) */
-	struct qsm_list node;            /* in qsm_fid.wq[] */
-	uint64_t wr_id;                  /* the ULP's */
-	uint32_t seq;
-	uint8_t opcode;                  /* enum qsm_wr_opcode */
-	bool signaled;
-	bool hw;                         /* on the QP; else posted after ERR: flushed by us */
+/* A WR posted once the QP was known to be in ERR: flushed by us, behind the ring. */
+struct rc_late {
+	struct qsm_list node;
+	uint64_t wr_id;
+	uint8_t opcode;
+	uint8_t wq;
 };
-
-static void qp_unhash(struct qsm_fid *id)
-{
-	qsm_list_del(&id->qp_node);
-}
-
-static struct qsm_fid *qp_lookup(struct qsm_fdev *d, uint32_t qp_num)
-{
-	struct qsm_list *pos, *tmp;
-
-	qsm_list_each(pos, tmp, &d->qps[qp_num % QP_BUCKETS]) {
-		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, qp_node);
-
-		if (id->qp_num == qp_num)
-			return id;
-	}
-	return NULL;
-}
 
 /* Every ibv_wc_status by name (STYLE: foreign enums mapped explicitly); one this build's
  * rdma-core does not define is GENERAL_ERR, counted in wc_unknown and shown by
@@ -86,45 +71,6 @@ static enum qsm_wc_status wc_status(struct rc_fabric *f, enum ibv_wc_status st)
 	return QSM_WC_GENERAL_ERR;
 }
 
-static uint64_t wr_tag(const struct qsm_fid *id, int wq, uint32_t seq)
-{
-	return ((id->qp_serial & TAG_SERIAL_MASK) << 32) | (wq == WQ_RECV ? TAG_RECV : 0) | seq;
-}
-
-static void rec_unlink(struct qsm_fid *id, int wq, struct wr_rec *r)
-{
-	qsm_list_del(&r->node);
-	if (r->hw)
-		id->wq_hw[wq]--;
-}
-
-/* A WR that completes without a completion (an unsignaled send, or its QP is gone). */
-static void rec_free(struct qsm_fid *id, int wq, struct wr_rec *r)
-{
-	rec_unlink(id, wq, r);
-	free(r);
-}
-
-/* The WR's completion, carried by its own record: no memory needed, so none is ever lost.
- * `wc` has what the device said beyond the status (byte_len, opcode of a receive, imm). */
-static void rec_complete_wc(struct qsm_fid *id, int wq, struct wr_rec *r, struct qsm_fabric_wc *wc)
-{
-	wc->wr_id = r->wr_id;
-	if (wc->status != QSM_WC_SUCCESS) {
-		wc->byte_len = wc->imm_data = wc->invalidated_rkey = wc->wc_flags = 0;
-		wc->opcode = (enum qsm_wr_opcode)r->opcode;
-	}
-	rec_unlink(id, wq, r);
-	qsm_pending_complete(&id->fab->pq, &r->done, id, wc);
-}
-
-static void rec_complete(struct qsm_fid *id, int wq, struct wr_rec *r, enum qsm_wc_status status,
-			 uint32_t byte_len)
-{
-	rec_complete_wc(id, wq, r, &(struct qsm_fabric_wc){ .status = status, .byte_len = byte_len,
-							    .opcode = (enum qsm_wr_opcode)r->opcode });
-}
-
 /* A successful receive: what arrived (a SEND or a WRITE_WITH_IMM), imm data, invalidation. */
 static struct qsm_fabric_wc recv_wc(const struct ibv_wc *wc)
 {
@@ -143,131 +89,310 @@ static struct qsm_fabric_wc recv_wc(const struct ibv_wc *wc)
 	return w;
 }
 
-/* Unsignaled sends before `upto` (NULL: all) completed silently: a send queue completes in
- * order, so a later WR's completion (or the drain marker's) frees their slots. */
-static void sends_retire_unsignaled(struct qsm_fid *id, struct wr_rec *upto)
+/* ---- the QP table ---- */
+
+static int qpt_add(struct rc_fabric *f, struct qsm_fid *id)
 {
-	struct qsm_list *pos, *tmp;
+	uint32_t i = f->qpt_free;
+	struct rc_qpt *e;
 
-	qsm_list_each(pos, tmp, &id->wq[WQ_SEND]) {
-		struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
+	if (i != QPT_NONE) {
+		f->qpt_free = f->qpt[i].next_free;
+	} else {
+		if (f->qpt_len == f->qpt_cap) {
+			uint32_t cap = f->qpt_cap ? f->qpt_cap * 2 : 64;
+			struct rc_qpt *t;
 
-		if (c == upto)
-			break;
-		if (c->hw && !c->signaled)
-			rec_free(id, WQ_SEND, c);
+			if (cap > QPT_MAX)
+				cap = QPT_MAX;
+			if (cap == f->qpt_len)
+				return -ENOMEM;   /* a million QPs in one fabric */
+			t = realloc(f->qpt, cap * sizeof(*t));
+			if (!t)
+				return -ENOMEM;
+			f->qpt = t;
+			f->qpt_cap = cap;
+		}
+		i = f->qpt_len++;
+		f->qpt[i].gen = 0;
 	}
+	e = &f->qpt[i];
+	e->id = id;
+	id->qpt_slot = i;
+	id->qp_key = (((uint64_t)(e->gen & TAG_GEN_MASK) << TAG_SLOT_BITS) | i) << 32;
+	return 0;
 }
 
-/* A WR the QP will never complete (posted after ERR, or not flushed): its flush, from us. */
-static void rec_flush(struct qsm_fid *id, int wq, struct wr_rec *r)
+static void qpt_del(struct rc_fabric *f, struct qsm_fid *id)
 {
-	id->fab->wc_synth++;
-	rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
+	struct rc_qpt *e = &f->qpt[id->qpt_slot];
+
+	e->id = NULL;
+	e->gen++;
+	e->next_free = f->qpt_free;
+	f->qpt_free = id->qpt_slot;
 }
 
-/* WRs posted after ERR that nothing on the QP precedes any more: flushed now, in order. */
+/* The QP a completion is of, or NULL (destroyed since: its slot is free or reused). */
+static struct qsm_fid *qpt_find(struct rc_fabric *f, const struct ibv_wc *wc)
+{
+	uint32_t key = (uint32_t)(wc->wr_id >> 32) & 0x3fffffffu;
+	uint32_t slot = key & (QPT_MAX - 1);
+	struct rc_qpt *e;
+
+	if (slot >= f->qpt_len)
+		return NULL;
+	e = &f->qpt[slot];
+	if (!e->id || (e->gen & TAG_GEN_MASK) != key >> TAG_SLOT_BITS || e->id->qp_num != wc->qp_num)
+		return NULL;
+	return e->id;
+}
+
+/* ---- lq: the flushes we make, handed out in each QP's order ---- */
+
+static void lq_add(struct qsm_fid *id)
+{
+	struct rc_fabric *f = id->fab;
+
+	if (id->on_lq)
+		return;
+	if (qsm_list_empty(&f->lq))
+		qsm_rc_hot_changed(f, 1);
+	id->on_lq = true;
+	qsm_list_add_tail(&f->lq, &id->lq_node);
+}
+
+static void lq_del(struct qsm_fid *id)
+{
+	struct rc_fabric *f = id->fab;
+
+	if (!id->on_lq)
+		return;
+	id->on_lq = false;
+	qsm_list_del(&id->lq_node);
+	if (qsm_list_empty(&f->lq))
+		qsm_rc_hot_changed(f, -1);
+}
+
+/* A late WR of this work queue may be flushed now: nothing of it is left on the QP. */
+static bool late_due(const struct qsm_fid *id, int q)
+{
+	return id->flush_all || id->wq[q].head == id->wq[q].tail;
+}
+
 void qsm_rc_wq_flush_heads(struct qsm_fid *id)
 {
-	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!qsm_list_empty(&id->wq[wq])) {
-			struct wr_rec *r = qsm_container_of(id->wq[wq].next, struct wr_rec, node);
-
-			if (r->hw)
-				break;
-			rec_flush(id, wq, r);
-		}
+	if (!qsm_list_empty(&id->late) && (late_due(id, WQ_SEND) || late_due(id, WQ_RECV)))
+		lq_add(id);
 }
 
-/* The drain marker completed: whatever is still outstanding will never complete on rxe (it
- * may not flush receives) or completes late; flush it all now, before DRAINED. */
-static void wq_flush_all(struct qsm_fid *id)
+static void flush_cqe(struct qsm_fid *id, struct qsm_fabric_cqe *out, uint64_t wr_id, uint8_t opcode)
 {
-	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!qsm_list_empty(&id->wq[wq]))
-			rec_flush(id, wq, qsm_container_of(id->wq[wq].next, struct wr_rec, node));
+	id->fab->wc_synth++;
+	out->owner = id->owner;
+	out->id = id;
+	out->wc = (struct qsm_fabric_wc){ .wr_id = wr_id, .status = QSM_WC_WR_FLUSH_ERR,
+					  .opcode = (enum qsm_wr_opcode)opcode };
 }
 
-/* The QP is gone with its WRs: no completion for them (the contract). */
-static void wq_discard(struct qsm_fid *id)
+/* The next flush of ours for the QP: what the drain left on the QP, then the late WRs in post
+ * order, each once its work queue has nothing left on the QP.  1, or 0 when none is due. */
+static int synth_one(struct qsm_fid *id, struct qsm_fabric_cqe *out)
 {
-	for (int wq = WQ_SEND; wq <= WQ_RECV; wq++)
-		while (!qsm_list_empty(&id->wq[wq]))
-			rec_free(id, wq, qsm_container_of(id->wq[wq].next, struct wr_rec, node));
-}
-
-static void wc_take(struct qsm_fdev *d, const struct ibv_wc *wc)
-{
-	struct qsm_fid *id = qp_lookup(d, wc->qp_num);
-	enum qsm_wc_status st;
-	struct wr_rec *r = NULL;
 	struct qsm_list *pos, *tmp;
+
+	for (int q = WQ_SEND; q <= WQ_RECV && id->flush_all; q++) {
+		struct rc_wq *w = &id->wq[q];
+
+		while (w->head != w->tail) {
+			struct rc_slot *s = &w->ring[w->head++ & w->mask];
+
+			/* before the marker, which completed: an unsignaled send is done */
+			if (q == WQ_SEND && !s->signaled)
+				continue;
+			flush_cqe(id, out, s->wr_id, s->opcode);
+			return 1;
+		}
+	}
+	qsm_list_each(pos, tmp, &id->late) {
+		struct rc_late *l = qsm_container_of(pos, struct rc_late, node);
+
+		if (!late_due(id, l->wq))
+			continue;
+		flush_cqe(id, out, l->wr_id, l->opcode);
+		qsm_list_del(&l->node);
+		free(l);
+		return 1;
+	}
+	return 0;
+}
+
+int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max)
+{
+	int n = 0;
+
+	while (!qsm_list_empty(&f->lq)) {
+		struct qsm_fid *id = qsm_container_of(f->lq.next, struct qsm_fid, lq_node);
+
+		while (n < max && synth_one(id, &cqe[n]))
+			n++;
+		if (n == max)
+			return n;   /* the QP may have more: it stays first */
+		if (id->drained_due) {
+			if (n)
+				return n;   /* DRAINED after the completions, alone */
+			id->drained_due = false;
+			lq_del(id);
+			memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
+			ev->event = QSM_EV_DRAINED;
+			ev->id = id;
+			ev->owner = id->owner;
+			ev->device = id->dev;
+			return 0;
+		}
+		lq_del(id);
+	}
+	return n ? n : -EAGAIN;
+}
+
+/* ---- completions ---- */
+
+/*
+ * One completion polled: its WR found from the tag in O(1), the slot freed, the completion
+ * written to *out (1) -- or nothing (0): the drain marker (DRAINED follows our flushes), an
+ * unsignaled send, a stale completion.
+ */
+static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out)
+{
+	struct qsm_fid *id = qpt_find(f, wc);
+	enum qsm_wc_status st;
+	struct rc_slot *s;
+	struct rc_wq *w;
 	uint32_t seq;
-	int wq;
+	int q;
 
 	if (wc->wr_id & MARKER_BIT) {
-		if (id && id->draining && id->qp_serial == (wc->wr_id & ~MARKER_BIT)) {
+		if (id && id->draining) {
 			id->draining = false;
 			id->qp_err = true;
-			sends_retire_unsignaled(id, NULL);
-			wq_flush_all(id);
-			pending_push(d->fab, QSM_EV_DRAINED, 0, id, NULL, false);
+			id->flush_all = true;
+			id->drained_due = true;
+			lq_add(id);
 		}
-		return;
+		return 0;
 	}
-	/* a destroyed QP's leftovers (its number may be reused), or a WR flushed by us already */
-	if (!id || ((wc->wr_id >> 32) & TAG_SERIAL_MASK) != (id->qp_serial & TAG_SERIAL_MASK)) {
-		d->fab->wc_stale++;
-		return;
-	}
-	wq = wc->wr_id & TAG_RECV ? WQ_RECV : WQ_SEND;
+	q = wc->wr_id & TAG_RECV ? WQ_RECV : WQ_SEND;
 	seq = (uint32_t)wc->wr_id;
-	qsm_list_each(pos, tmp, &id->wq[wq]) {
-		struct wr_rec *c = qsm_container_of(pos, struct wr_rec, node);
-
-		if (c->seq == seq) {
-			r = c;
-			break;
-		}
+	/* a destroyed QP's leftovers, or a WR flushed by us already */
+	if (!id || id->flush_all || seq - id->wq[q].head >= id->wq[q].tail - id->wq[q].head) {
+		f->wc_stale++;
+		return 0;
 	}
-	if (!r || !r->hw) {
-		d->fab->wc_stale++;
-		return;
+	w = &id->wq[q];
+	if (seq != w->head) {
+		/* the WRs before it completed without a completion: unsignaled sends (a work queue
+		 * completes in order), else a provider that broke the order, counted */
+		for (; w->head != seq; w->head++)
+			if (q == WQ_RECV || w->ring[w->head & w->mask].signaled)
+				f->wc_order++;
 	}
-	if (wq == WQ_SEND)
-		sends_retire_unsignaled(id, r);
-	st = wc_status(d->fab, wc->status);
-	if (st == QSM_WC_SUCCESS)
-		d->fab->wc_ok++;
-	else if (st == QSM_WC_WR_FLUSH_ERR)
-		d->fab->wc_flush++;
-	else
-		d->fab->wc_err++;
-	if (st != QSM_WC_SUCCESS)
+	s = &w->ring[w->head++ & w->mask];
+	st = wc->status == IBV_WC_SUCCESS ? QSM_WC_SUCCESS : wc_status(f, wc->status);
+	if (st == QSM_WC_SUCCESS) {
+		f->wc_ok++;
+		if (q == WQ_SEND && !s->signaled)
+			return 0;
+	} else {
+		if (st == QSM_WC_WR_FLUSH_ERR)
+			f->wc_flush++;
+		else
+			f->wc_err++;
 		id->qp_err = true;   /* an error completion moves an RC QP to ERR */
-	/* wc->opcode is undefined in error completions: the WR's own is reported */
-	if (wq == WQ_RECV && st == QSM_WC_SUCCESS) {
-		struct qsm_fabric_wc w = recv_wc(wc);
-
-		rec_complete_wc(id, wq, r, &w);
-	} else if (wq == WQ_RECV || r->signaled || st != QSM_WC_SUCCESS)
-		rec_complete(id, wq, r, st, wc->byte_len);
-	else
-		rec_free(id, wq, r);
-	if (id->qp_err)
-		qsm_rc_wq_flush_heads(id);
+		if (w->head == w->tail)
+			qsm_rc_wq_flush_heads(id);
+	}
+	out->owner = id->owner;
+	out->id = id;
+	if (q == WQ_RECV && st == QSM_WC_SUCCESS) {
+		out->wc = recv_wc(wc);
+	} else {
+		/* wc->opcode is undefined in error completions: the WR's own is reported */
+		out->wc = (struct qsm_fabric_wc){ .status = st, .opcode = (enum qsm_wr_opcode)s->opcode,
+						  .byte_len = st == QSM_WC_SUCCESS ? wc->byte_len : 0 };
+	}
+	out->wc.wr_id = s->wr_id;
+	return 1;
 }
 
-void qsm_rc_harvest_completions(struct rc_fabric *f, bool from_channel)
+int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 {
-	struct qsm_list *pos, *tmp;
+	struct ibv_wc wc[QSM_FABRIC_CQE_BATCH];
+	struct qsm_list *dpos, *dtmp, *pos, *tmp;
+	int n = 0;
 
-	qsm_list_each(pos, tmp, &f->devs) {
-		struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+	if (!f->hot)
+		return 0;
+	qsm_list_each(dpos, dtmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(dpos, struct qsm_fdev, node);
 
-		if (d->cc)
-			qsm_rc_cq_harvest(d, from_channel, wc_take);
+		if (!d->cc)
+			continue;
+		qsm_list_each(pos, tmp, &d->cqs) {
+			struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+			int room = max - n, got;
+
+			if (!c->hot)
+				continue;
+			got = qsm_rc_cq_poll(d, c, wc, room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH);
+			for (int i = 0; i < got; i++)
+				n += wc_take(f, &wc[i], &cqe[n]);
+			if (n == max) {
+				/* full: this CQ and device go last, so the others are polled first next */
+				qsm_list_del(&c->node);
+				qsm_list_add_tail(&d->cqs, &c->node);
+				qsm_list_del(&d->node);
+				qsm_list_add_tail(&f->devs, &d->node);
+				return n;
+			}
+		}
 	}
+	return n;
+}
+
+static void wq_fini(struct rc_wq *w)
+{
+	free(w->ring);
+	w->ring = NULL;
+	w->head = w->tail = w->cap = w->mask = 0;
+}
+
+static uint32_t ring_size(uint32_t cap)
+{
+	uint32_t size = 1;
+
+	while (size < cap)
+		size <<= 1;
+	return size;
+}
+
+static int wq_init(struct rc_wq *w, uint32_t cap)
+{
+	uint32_t size = ring_size(cap);
+
+	w->ring = calloc(size, sizeof(*w->ring));
+	if (!w->ring)
+		return -ENOMEM;
+	w->mask = size - 1;
+	w->cap = cap;
+	w->head = w->tail = 0;
+	return 0;
+}
+
+size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr)
+{
+	return sizeof(struct qsm_fid) + sizeof(struct rc_qpt) +
+	       (ring_size(max_send_wr) + ring_size(max_recv_wr)) * sizeof(struct rc_slot) +
+	       (max_send_wr + 1) * (sizeof(struct ibv_send_wr) + QSM_FABRIC_MAX_SGE * sizeof(struct ibv_sge));
 }
 
 static void send_lists_free(struct qsm_fid *id)
@@ -276,6 +401,22 @@ static void send_lists_free(struct qsm_fid *id)
 	free(id->ssge);
 	id->swr = NULL;
 	id->ssge = NULL;
+}
+
+/* What the QP had of ours: rings, late WRs (no completion for them: the contract), lq. */
+static void qp_state_free(struct qsm_fid *id)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &id->late) {
+		qsm_list_del(pos);
+		free(qsm_container_of(pos, struct rc_late, node));
+	}
+	wq_fini(&id->wq[WQ_SEND]);
+	wq_fini(&id->wq[WQ_RECV]);
+	lq_del(id);
+	send_lists_free(id);
+	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = false;
 }
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
@@ -298,10 +439,12 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	r = qsm_rc_dev_get_resources(d, id->cm);
 	if (r < 0)
 		return r;
-	/* A list's WRs, built where no post allocates; at least one, for a cap of 0. */
+	/* A list's WRs, built where no post allocates; at least one, for a cap of 0.  The
+	 * rings: every WR's record, so that no post or completion allocates. */
 	id->swr = calloc(a->max_send_wr + 1, sizeof(*id->swr));
 	id->ssge = calloc((size_t)(a->max_send_wr + 1) * QSM_FABRIC_MAX_SGE, sizeof(*id->ssge));
-	if (!id->swr || !id->ssge) {
+	if (!id->swr || !id->ssge || wq_init(&id->wq[WQ_SEND], a->max_send_wr) < 0 ||
+	    wq_init(&id->wq[WQ_RECV], a->max_recv_wr) < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -320,16 +463,18 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	init.cap.max_send_sge = a->max_send_sge ? a->max_send_sge : 1;
 	init.cap.max_recv_sge = a->max_recv_sge ? a->max_recv_sge : 1;
 	init.cap.max_inline_data = a->max_inline_data;
+	if ((r = qpt_add(id->fab, id)) < 0) {
+		qsm_rc_cq_put(d, cq, wrs);
+		goto fail;
+	}
 	if (rdma_create_qp(id->cm, d->pd, &init) < 0) {
 		r = errno_or(ENOMEM);
+		qpt_del(id->fab, id);
 		qsm_rc_cq_put(d, cq, wrs);
 		goto fail;
 	}
 	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
-	id->wq_cap[WQ_SEND] = a->max_send_wr;
-	id->wq_cap[WQ_RECV] = a->max_recv_wr;
 	id->inline_cap = a->max_inline_data;
-	id->qp_serial = ++id->fab->next_qp_serial;
 	id->qp_num = id->cm->qp->qp_num;
 	id->cq = cq;
 	id->qp_wrs = wrs;
@@ -337,7 +482,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	qsm_list_add_tail(&d->qps[id->qp_num % QP_BUCKETS], &id->qp_node);
 	return 0;
 fail:
-	send_lists_free(id);
+	qp_state_free(id);
 	qsm_rc_dev_settle(d);
 	return r;
 }
@@ -350,14 +495,12 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 		return;
 	d = id->dev;
 	rdma_destroy_qp(id->cm);
-	qp_unhash(id);
-	wq_discard(id);
-	id->draining = false;
-	id->qp_err = id->qp_rts = false;
+	qsm_list_del(&id->qp_node);
+	qpt_del(id->fab, id);
+	qp_state_free(id);
 	qsm_pending_drop(&id->fab->pq, id, NULL);
 	qsm_rc_cq_put(d, id->cq, id->qp_wrs);
 	id->cq = NULL;
-	send_lists_free(id);
 	d->nqps--;
 	qsm_rc_dev_settle(d);
 }
@@ -372,7 +515,7 @@ int qsm_rc_drain(struct qsm_fid *id)
 	if (!id || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
 	qp = id->cm->qp;
-	tag = MARKER_BIT | id->qp_serial;
+	tag = MARKER_BIT | id->qp_key;
 	r = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
 	if (r)
 		return -r;
@@ -460,58 +603,6 @@ static void sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, in
 		sge[i] = (struct ibv_sge){ .addr = sg[i].addr, .length = sg[i].length, .lkey = sg[i].lkey };
 }
 
-static struct wr_rec *rec_new(struct qsm_fid *id, uint64_t wr_id, enum qsm_wr_opcode op,
-			      bool signaled)
-{
-	/* the completion's memory too, now: the post fails if memory is short, never the WC */
-	struct wr_rec *r = qsm_pending_alloc(sizeof(*r));
-
-	if (!r)
-		return NULL;
-	qsm_list_init(&r->node);
-	r->wr_id = wr_id;
-	r->opcode = (uint8_t)op;
-	r->signaled = signaled;
-	r->seq = id->next_seq++;
-	return r;
-}
-
-/* What verbs answered the post of `r`: kept in post order if the WR is on the QP, else freed. */
-static int rec_posted(struct qsm_fid *id, int wq, struct wr_rec *r, int ret)
-{
-	if (ret) {
-		free(r);
-		return ret > 0 ? -ret : -EINVAL;
-	}
-	r->hw = true;
-	id->fab->posts++;
-	id->wq_hw[wq]++;
-	qsm_list_add_tail(&id->wq[wq], &r->node);
-	return 0;
-}
-
-/* Posted to a QP known to be in ERR: not given to the QP (rxe 6.1 may never flush a receive
- * posted in ERR), flushed by us, behind what the work queue still holds. */
-static void post_flushed_rec(struct qsm_fid *id, int wq, struct wr_rec *r)
-{
-	if (qsm_list_empty(&id->wq[wq])) {
-		id->fab->wc_synth++;
-		rec_complete(id, wq, r, QSM_WC_WR_FLUSH_ERR, 0);
-		return;
-	}
-	qsm_list_add_tail(&id->wq[wq], &r->node);
-}
-
-static int post_flushed(struct qsm_fid *id, int wq, uint64_t wr_id, enum qsm_wr_opcode op)
-{
-	struct wr_rec *r = rec_new(id, wr_id, op, true);
-
-	if (!r)
-		return -ENOMEM;
-	post_flushed_rec(id, wq, r);
-	return 0;
-}
-
 static int send_opcode(enum qsm_wr_opcode op)
 {
 	switch (op) {
@@ -545,28 +636,6 @@ static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	return true;
 }
 
-/* Records for n WRs on `list`, or none and false if memory is short. */
-static bool recs_new(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, struct qsm_list *list)
-{
-	qsm_list_init(list);
-	for (int i = 0; i < n; i++) {
-		struct wr_rec *r = rec_new(id, wr[i].wr_id, wr[i].opcode,
-					   id->qp_err || (wr[i].flags & QSM_POST_SIGNALED));
-
-		if (!r) {
-			struct qsm_list *pos, *tmp;
-
-			qsm_list_each(pos, tmp, list) {
-				qsm_list_del(pos);
-				free(qsm_container_of(pos, struct wr_rec, node));
-			}
-			return false;
-		}
-		qsm_list_add_tail(list, &r->node);
-	}
-	return true;
-}
-
 static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, uint32_t seq, bool last)
 {
 	struct ibv_send_wr *s = &id->swr[i];
@@ -574,7 +643,7 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 
 	memset(s, 0, sizeof(*s));
 	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
-	s->wr_id = wr_tag(id, WQ_SEND, seq);
+	s->wr_id = id->qp_key | seq;
 	s->next = last ? NULL : &id->swr[i + 1];
 	s->sg_list = wr->num_sge ? sge : NULL;
 	s->num_sge = wr->num_sge;
@@ -591,15 +660,55 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 	}
 }
 
+/* A WR posted to a QP known to be in ERR: not given to the QP (rxe 6.1 may never flush a
+ * receive posted in ERR), flushed by us behind what the work queue still holds. */
+static struct rc_late *late_new(int q, uint64_t wr_id, enum qsm_wr_opcode op)
+{
+	struct rc_late *l = qsm_pending_alloc(sizeof(*l));
+
+	if (l) {
+		l->wr_id = wr_id;
+		l->opcode = (uint8_t)op;
+		l->wq = (uint8_t)q;
+	}
+	return l;
+}
+
+static int post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, int n, uint64_t recv_wr_id)
+{
+	struct qsm_list list, *pos, *tmp;
+
+	qsm_list_init(&list);
+	for (int i = 0; i < n; i++) {
+		struct rc_late *l = late_new(q, wr ? wr[i].wr_id : recv_wr_id, wr ? wr[i].opcode : QSM_WR_RECV);
+
+		if (!l) {
+			qsm_list_each(pos, tmp, &list) {
+				qsm_list_del(pos);
+				free(qsm_container_of(pos, struct rc_late, node));
+			}
+			return -ENOMEM;
+		}
+		qsm_list_add_tail(&list, &l->node);
+	}
+	qsm_list_each(pos, tmp, &list) {
+		qsm_list_del(pos);
+		qsm_list_add_tail(&id->late, pos);
+	}
+	qsm_rc_wq_flush_heads(id);
+	return 0;
+}
+
 /*
  * The list wr[0..n) with one doorbell.  Checked whole first (-EINVAL, -ENOBUFS, -ENOMEM post
- * none); then one ibv_post_send of the chain, whose bad_wr may leave a prefix posted.
+ * none); then one ibv_post_send of the chain, whose bad_wr may leave a prefix posted.  The
+ * ring's slots are written first and only the posted ones are taken (tail).
  */
 int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted)
 {
 	struct ibv_send_wr *bad = NULL;
-	struct qsm_list list, *pos, *tmp;
-	int i = 0, k, ret;
+	struct rc_wq *w;
+	int k, ret;
 
 	if (posted)
 		*posted = 0;
@@ -614,40 +723,32 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 	 * expects (a peer's receive taken by it). */
 	if (!id->qp_err && !id->qp_rts)
 		return -EINVAL;
-	/* the last slot is the drain marker's */
-	if (!id->qp_err && (unsigned)n > id->wq_cap[WQ_SEND] - id->wq_hw[WQ_SEND])
+	w = &id->wq[WQ_SEND];
+	/* the QP's one more slot is the drain marker's */
+	if (!id->qp_err && (unsigned)n > w->cap - (w->tail - w->head))
 		return -ENOBUFS;
 	if (!n)
 		return 0;
-	if (!recs_new(id, wr, n, &list))
-		return -ENOMEM;
 	if (id->qp_err) {
-		/* not given to the QP (see post_flushed): flushed by us, in order */
-		qsm_list_each(pos, tmp, &list) {
-			struct wr_rec *r = qsm_container_of(pos, struct wr_rec, node);
-
-			qsm_list_del(&r->node);
-			post_flushed_rec(id, WQ_SEND, r);
-		}
-		if (posted)
+		ret = post_late(id, WQ_SEND, wr, n, 0);
+		if (!ret && posted)
 			*posted = n;
-		return 0;
+		return ret;
 	}
-	qsm_list_each(pos, tmp, &list) {
-		swr_fill(id, i, &wr[i], qsm_container_of(pos, struct wr_rec, node)->seq, i == n - 1);
-		i++;
+	for (k = 0; k < n; k++) {
+		struct rc_slot *s = &w->ring[(w->tail + (uint32_t)k) & w->mask];
+
+		s->wr_id = wr[k].wr_id;
+		s->opcode = (uint8_t)wr[k].opcode;
+		s->signaled = wr[k].flags & QSM_POST_SIGNALED;
+		swr_fill(id, k, &wr[k], w->tail + (uint32_t)k, k == n - 1);
 	}
 	ret = ibv_post_send(id->cm->qp, id->swr, &bad);
 	k = ret ? (int)(bad - id->swr) : n;
 	if (ret && (k < 0 || k > n))
 		k = 0;
-	i = 0;
-	qsm_list_each(pos, tmp, &list) {
-		struct wr_rec *r = qsm_container_of(pos, struct wr_rec, node);
-
-		qsm_list_del(&r->node);
-		rec_posted(id, WQ_SEND, r, i++ < k ? 0 : ret);
-	}
+	w->tail += (uint32_t)k;
+	id->fab->posts += (uint64_t)k;
 	if (posted)
 		*posted = k;
 	return ret ? (ret > 0 ? -ret : -EINVAL) : 0;
@@ -658,22 +759,30 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 {
 	struct ibv_sge sge[QSM_FABRIC_MAX_SGE];
 	struct ibv_recv_wr rwr, *bad;
-	struct wr_rec *r;
+	struct rc_slot *s;
+	struct rc_wq *w;
+	int ret;
 
 	if (!id || !qsm_rc_fid_has_qp(id) || !sges_ok(sg_list, num_sge))
 		return -EINVAL;
 	if (id->qp_err)
-		return post_flushed(id, WQ_RECV, wr_id, QSM_WR_RECV);
-	if (id->wq_hw[WQ_RECV] >= id->wq_cap[WQ_RECV])
+		return post_late(id, WQ_RECV, NULL, 1, wr_id);
+	w = &id->wq[WQ_RECV];
+	if (w->tail - w->head >= w->cap)
 		return -ENOBUFS;
-	r = rec_new(id, wr_id, QSM_WR_RECV, true);
-	if (!r)
-		return -ENOMEM;
+	s = &w->ring[w->tail & w->mask];
+	s->wr_id = wr_id;
+	s->opcode = QSM_WR_RECV;
+	s->signaled = true;
 	sges_to_ibv(sge, sg_list, num_sge);
-	memset(&rwr, 0, sizeof(rwr));
-	rwr.wr_id = wr_tag(id, WQ_RECV, r->seq);
+	rwr.wr_id = id->qp_key | TAG_RECV | w->tail;
+	rwr.next = NULL;
 	rwr.sg_list = num_sge ? sge : NULL;
 	rwr.num_sge = num_sge;
-	return rec_posted(id, WQ_RECV, r, ibv_post_recv(id->cm->qp, &rwr, &bad));
+	ret = ibv_post_recv(id->cm->qp, &rwr, &bad);
+	if (ret)
+		return ret > 0 ? -ret : -EINVAL;
+	w->tail++;
+	id->fab->posts++;
+	return 0;
 }
-

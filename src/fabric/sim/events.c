@@ -2,6 +2,7 @@
  * by QSM_SIM_FAULT_HOLD, and the injected faults that bend the event stream. */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,19 +203,46 @@ int sim_fd(struct qsm_fabric *base)
 	return to_fabric(base)->efd;
 }
 
-int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
+/* One event taken: the slots it held (as rdmacm frees them at ibv_poll_cq), counted, freed. */
+static void event_taken(struct sim_fabric *f, struct sim_event *e)
+{
+	if (e->id) {
+		e->id->nsends -= e->sq_frees;
+		e->id->nrecvs -= e->rq_free;
+	}
+	f->sim->st.events_delivered++;
+	free(e);
+}
+
+/* The completions at the head of the queue, up to max, or the one event there. */
+int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
+		  int max)
 {
 	struct sim_fabric *f;
 	struct sim_event *e;
+	int n = 0;
 
-	if (!base || !ev)
+	if (!base || !ev || !cqe || max < 1)
 		return -EINVAL;
 	f = to_fabric(base);
+	while (n < max && !qsm_list_empty(&f->queue)) {
+		e = qsm_container_of(f->queue.next, struct sim_event, node);
+		if (e->event != QSM_EV_COMPLETION)
+			break;
+		event_remove(e);
+		cqe[n].owner = e->id->owner;
+		cqe[n].id = fid_of(e->id);
+		cqe[n].wc = e->wc;
+		n++;
+		event_taken(f, e);
+	}
+	if (n)
+		return n;
 	if (qsm_list_empty(&f->queue))
 		return -EAGAIN;
 	e = qsm_container_of(f->queue.next, struct sim_event, node);
 	event_remove(e);
-	memset(ev, 0, sizeof(*ev));
+	memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
 	ev->event = e->event;
 	ev->status = e->status;
 	ev->id = e->id ? fid_of(e->id) : NULL;
@@ -223,12 +251,6 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev)
 	ev->device = e->dev ? fdev_of(e->dev) : NULL;
 	ev->private_data_len = e->len;
 	memcpy(ev->private_data, e->pdata, e->len);
-	ev->wc = e->wc;
-	if (e->id) {   /* taken: as rdmacm frees slots at ibv_poll_cq */
-		e->id->nsends -= e->sq_frees;
-		e->id->nrecvs -= e->rq_free;
-	}
-	f->sim->st.events_delivered++;
-	free(e);
+	event_taken(f, e);
 	return 0;
 }

@@ -220,7 +220,8 @@ struct sim_event *sim_unreported_request(struct sim_id *listener);
 int sim_held_release(struct qsm_sim *sim);
 void sim_fabric_drop_events(struct sim_fabric *f);
 int sim_fd(struct qsm_fabric *base);
-int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev);
+int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
+		  int max);
 
 /* ---- verbs.c ---- */
 
