@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <qsm/machine.h>
 
 /* Which step timeout a state arms on arrival (struct qsm_timeouts names the fields). */
@@ -60,6 +62,27 @@ const struct qsm_sm *qsm_sm_get(enum qsm_machine m);
 
 /* Ragel's state number for a named state (found once by walking the machine). */
 int qsm_sm_cs(const struct qsm_sm *sm, int state);
+
+/* One edge as the runtime's hot path reads it: what exec() answers for (state, event),
+ * tabulated once (a machine is pure) by qsm_sm_init(), which the ctx runs when it is made. */
+struct qsm_sm_step {
+	int8_t target;                                 /* -1: no edge */
+	uint8_t nactions;
+	uint8_t actions[QSM_EDGE_MAX_ACTIONS];
+};
+extern const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT];
+void qsm_sm_init(void);
+
+/* The edge of `event` in `state`, or NULL: no edge (the event is unexpected there). */
+static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int state, int event)
+{
+	const struct qsm_sm_step *t;
+
+	if ((unsigned int)event >= QSM_EV_LIMIT)
+		return NULL;
+	t = &qsm_sm_steps[sm->id][state * QSM_EV_LIMIT + event];
+	return t->target < 0 ? NULL : t;
+}
 
 /* Used by the .rl actions: record what the edge does and where it goes. */
 #define QSM_SM_ACT(a) do { \

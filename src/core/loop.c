@@ -29,6 +29,7 @@ int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	int r;
 
 	qsm_check(ret && opts && opts->fabric && opts->fabric->ops, -EINVAL);
+	qsm_sm_init();
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;

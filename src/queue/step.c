@@ -22,14 +22,13 @@ static const char *state_name(const struct qsm_conn *q, int s)
 
 static void qp_feed(struct qsm_conn *q, int event)
 {
-	struct qsm_edge e;
-	int cs;
+	const struct qsm_sm_step *e;
 
 	if (!qsm_conn_has_qp(q))
 		return;
-	cs = qsm_sm_cs(&qsm_sm_qp, q->qp_state);
-	if (qsm_sm_qp.exec(&cs, event, &e) == 0)
-		q->qp_state = (uint8_t)e.target;
+	e = qsm_sm_step(&qsm_sm_qp, q->qp_state, event);
+	if (e)
+		q->qp_state = (uint8_t)e->target;
 }
 
 /* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
@@ -277,33 +276,32 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		.event = event, .status = status, .from = q->state, .to = q->state,
 		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
 	};
-	struct qsm_edge edge;
-	int cs = qsm_sm_cs(q->sm, q->state); /* one store: the state; Ragel's number from it */
+	const struct qsm_sm_step *edge = qsm_sm_step(q->sm, q->state, event);
 	bool moved;
 
 	ctx->counters.dispatched++;
 	ctx->counters.events[event]++;
-	if (q->sm->exec(&cs, event, &edge) < 0) {
+	if (!edge) {
 		ctx->counters.unexpected++;
 		qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 			  NULL, status);
 		call(q, q->vt->unexpected, &info);
 		return;
 	}
-	info.to = edge.target;
-	moved = edge.target != q->state;
+	info.to = edge->target;
+	moved = edge->target != q->state;
 	call(q, q->vt->state[q->passive][q->state].on_event, &info);
 	if (moved) {
 		call(q, q->vt->state[q->passive][q->state].exit, &info);
 		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
 		qsm_timer_cancel(ctx, &q->timer);
 	}
-	for (unsigned int i = 0; i < edge.nactions; i++)
-		if (run_action(q, (enum qsm_queue_action)edge.actions[i], &info) < 0)
+	for (unsigned int i = 0; i < edge->nactions; i++)
+		if (run_action(q, (enum qsm_queue_action)edge->actions[i], &info) < 0)
 			break;
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
-		  state_name(q, edge.target), status);
-	q->state = (uint8_t)edge.target;
+		  state_name(q, edge->target), status);
+	q->state = (uint8_t)edge->target;
 	ctx->counters.transitions++;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
