@@ -5,7 +5,9 @@
 
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <qsm/ctx.h>
 
@@ -221,12 +223,11 @@ struct qsm_ctx {
 
 /* core/: the loop (loop.c), the FIFO (fifo.c), clock and timers (timer.c), trace (trace.c) */
 uint64_t qsm_monotonic_ns(void *arg);
-uint64_t qsm_now(struct qsm_ctx *ctx);
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
-int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot);
+int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot);
 void qsm_fifo_trim(struct qsm_ctx *ctx);
 void qsm_fifo_kick(struct qsm_ctx *ctx);
-void qsm_timers_fire(struct qsm_ctx *ctx);
+void qsm_timers_fire_due(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
@@ -245,7 +246,45 @@ static inline void qsm_obj_hold(struct qsm_ctx *ctx, struct qsm_obj *o)
 	}
 }
 
-/* One reference less: a closed object goes with its last. */
+/* The clock is read once per dispatch pass: everything a pass does (timer arms, expiries,
+ * trace stamps) happens "at" the pass's start.  Outside a pass, it is read each time. */
+static inline uint64_t qsm_now(struct qsm_ctx *ctx)
+{
+	return ctx->dispatching ? ctx->pass_now_ns : ctx->now_ns(ctx->now_arg);
+}
+
+/* A slot at the FIFO's tail for the caller to fill (the ring's size is a power of two).
+ * Out of line only to grow the ring, or to make the fd readable outside a pass. */
+static inline int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
+{
+	if (ctx->fifo_len == ctx->fifo_cap || (!ctx->kicked && !ctx->dispatching))
+		return qsm_fifo_push_slow(ctx, slot);
+	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len++) & (ctx->fifo_cap - 1)];
+	if (ctx->fifo_len > ctx->fifo_hwm)
+		ctx->fifo_hwm = ctx->fifo_len;
+	return 0;
+}
+
+/* The FIFO's head into *out (its header, and only the private data that is there). */
+static inline void qsm_fifo_pop(struct qsm_ctx *ctx, struct qsm_item *out)
+{
+	const struct qsm_item *h = &ctx->fifo[ctx->fifo_head];
+
+	memcpy(out, h, offsetof(struct qsm_item, pdata)); /* a constant size: no call */
+	if (h->pdata_len)
+		memcpy(out->pdata, h->pdata, h->pdata_len);
+	ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
+	ctx->fifo_len--;
+}
+
+/* Fire the timers that are due; a glance at the heap's top when none is. */
+static inline void qsm_timers_fire(struct qsm_ctx *ctx)
+{
+	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
+		qsm_timers_fire_due(ctx);
+}
+
+/* One queued event less that points at o: freed through its ops once closed and at 0. */
 static inline void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
 {
 	(void)ctx;
@@ -272,13 +311,13 @@ static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_ob
 	return it->id && it->gen != o->id_gen;
 }
 
-/* One trace record per transition or unexpected event; free when nobody listens. */
-static inline void qsm_trace(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
-			     const char *from, int event, const char *to, int status)
-{
-	if (ctx->trace || ctx->trace_stderr)
-		qsm_trace_emit(ctx, kind, cls, serial, from, event, to, status);
-}
+/* One trace record per transition or unexpected event (qsm_trace_emit's arguments); free
+ * when nobody listens: a macro, so that not even its arguments are worked out then. */
+#define qsm_trace(ctx, ...) do { \
+		struct qsm_ctx *trace_ctx_ = (ctx); \
+		if (trace_ctx_->trace || trace_ctx_->trace_stderr) \
+			qsm_trace_emit(trace_ctx_, __VA_ARGS__); \
+	} while (0)
 
 /* queue/: making queues (api.c), their step (step.c), downcalls (downcall.c), the
  * reconnect policy (policy.c), the base class (base.c) */

@@ -8,7 +8,8 @@
 
 #define FIFO_MIN 64
 
-/* The ring at a new capacity, its items in order from slot 0.  -ENOMEM leaves it as it was. */
+/* The ring at a new capacity (a power of two: slots are masked), its items in order from
+ * slot 0.  -ENOMEM leaves it as it was. */
 static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 {
 	struct qsm_item *n = malloc(cap * sizeof(*n));
@@ -16,7 +17,7 @@ static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 	if (!n)
 		return -ENOMEM;
 	for (size_t i = 0; i < ctx->fifo_len; i++)
-		n[i] = ctx->fifo[(ctx->fifo_head + i) % ctx->fifo_cap];
+		n[i] = ctx->fifo[(ctx->fifo_head + i) & (ctx->fifo_cap - 1)];
 	free(ctx->fifo);
 	ctx->fifo = n;
 	ctx->fifo_cap = cap;
@@ -25,12 +26,13 @@ static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 	return 0;
 }
 
-int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
+/* qsm_fifo_push(), when the ring is full or the fd must say there is work. */
+int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
 {
 	if (ctx->fifo_len == ctx->fifo_cap &&
 	    fifo_resize(ctx, ctx->fifo_cap ? ctx->fifo_cap * 2 : FIFO_MIN) < 0)
 		return -ENOMEM;
-	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len) % ctx->fifo_cap];
+	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len) & (ctx->fifo_cap - 1)];
 	ctx->fifo_len++;
 	if (ctx->fifo_len > ctx->fifo_hwm)
 		ctx->fifo_hwm = ctx->fifo_len;
@@ -97,4 +99,3 @@ int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_
 	target->refs++;
 	return 0;
 }
-

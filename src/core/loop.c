@@ -95,7 +95,7 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 	while (ctx->fifo_len) {
 		struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
 
-		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
+		ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
 		ctx->fifo_len--;
 		qsm_obj_put(ctx, it->target);
 	}
@@ -289,11 +289,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		}
 		if (!ctx->fifo_len)
 			continue;
-		/* copy the header and only the private data that is there */
-		memcpy(&it, &ctx->fifo[ctx->fifo_head],
-		       offsetof(struct qsm_item, pdata) + ctx->fifo[ctx->fifo_head].pdata_len);
-		ctx->fifo_head = (ctx->fifo_head + 1) % ctx->fifo_cap;
-		ctx->fifo_len--;
+		qsm_fifo_pop(ctx, &it);
 		ctx->counters.popped++;
 		dispatch_item(ctx, &it);
 		qsm_obj_put(ctx, it.target);

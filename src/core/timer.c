@@ -19,13 +19,6 @@ uint64_t qsm_monotonic_ns(void *arg)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The clock is read once per dispatch pass: everything a pass does (timer arms, expiries,
- * trace stamps) happens "at" the pass's start.  Outside a pass, it is read each time. */
-uint64_t qsm_now(struct qsm_ctx *ctx)
-{
-	return ctx->dispatching ? ctx->pass_now_ns : ctx->now_ns(ctx->now_arg);
-}
-
 /* ---- timers: a binary min-heap, lazy ----
  *
  * Nearly every timer is re-armed or cancelled long before it fires (a state timeout, then
@@ -133,7 +126,7 @@ void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t
  * its old key comes due first.  A key that is not due is a lower bound of the next deadline,
  * which is all the poll timeout needs (at worst one early wake-up).
  */
-void qsm_timers_fire(struct qsm_ctx *ctx)
+void qsm_timers_fire_due(struct qsm_ctx *ctx)
 {
 	uint64_t now = qsm_now(ctx);
 
