@@ -5,9 +5,7 @@
 
 #include <netinet/in.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <qsm/ctx.h>
 
@@ -188,6 +186,12 @@ struct qsm_ctx {
 	struct qsm_item *fifo;
 	size_t fifo_cap, fifo_head, fifo_len;
 	size_t fifo_hwm;                  /* most items queued at once since the last trim */
+	/* An item is dispatched in its slot: the slots just behind fifo_head that the pass's
+	 * outermost item (and what it dispatched again) came from are not reused until it
+	 * returns, and a ring that grows meanwhile is kept, retired, until then too. */
+	size_t fifo_pinned;
+	unsigned int fifo_nretired;
+	struct qsm_item *fifo_retired[48];    /* the ring doubles: never more than this */
 	const struct qsm_item *current;   /* the item being dispatched */
 
 	/* What is left of a batch of completions: cqe[cqe_next..cqe_len), each holding its owner,
@@ -227,12 +231,12 @@ int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot);
 void qsm_fifo_trim(struct qsm_ctx *ctx);
 void qsm_fifo_kick(struct qsm_ctx *ctx);
+void qsm_fifo_free_retired(struct qsm_ctx *ctx);
 void qsm_timers_fire_due(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
-void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
@@ -257,7 +261,7 @@ static inline uint64_t qsm_now(struct qsm_ctx *ctx)
  * Out of line only to grow the ring, or to make the fd readable outside a pass. */
 static inline int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
 {
-	if (ctx->fifo_len == ctx->fifo_cap || (!ctx->kicked && !ctx->dispatching))
+	if (ctx->fifo_len + ctx->fifo_pinned == ctx->fifo_cap || (!ctx->dispatching && !ctx->kicked))
 		return qsm_fifo_push_slow(ctx, slot);
 	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len++) & (ctx->fifo_cap - 1)];
 	if (ctx->fifo_len > ctx->fifo_hwm)
@@ -265,16 +269,24 @@ static inline int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
 	return 0;
 }
 
-/* The FIFO's head into *out (its header, and only the private data that is there). */
-static inline void qsm_fifo_pop(struct qsm_ctx *ctx, struct qsm_item *out)
+/* The FIFO's head, taken off it but left in its slot (no copy): pinned until the pass's
+ * outermost item returns (qsm_fifo_unpin), so that nothing queued meanwhile overwrites it. */
+static inline const struct qsm_item *qsm_fifo_pop(struct qsm_ctx *ctx)
 {
-	const struct qsm_item *h = &ctx->fifo[ctx->fifo_head];
+	const struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
 
-	memcpy(out, h, offsetof(struct qsm_item, pdata)); /* a constant size: no call */
-	if (h->pdata_len)
-		memcpy(out->pdata, h->pdata, h->pdata_len);
 	ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
 	ctx->fifo_len--;
+	ctx->fifo_pinned++;
+	return it;
+}
+
+/* The pass's outermost item returned: no popped item is read any more. */
+static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
+{
+	ctx->fifo_pinned = 0;
+	if (ctx->fifo_nretired)
+		qsm_fifo_free_retired(ctx);
 }
 
 /* Fire the timers that are due; a glance at the heap's top when none is. */
@@ -282,6 +294,13 @@ static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
 	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
 		qsm_timers_fire_due(ctx);
+}
+
+/* O(1): the timer is left in the heap; qsm_timers_fire_due() drops it when its key is due. */
+static inline void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
+{
+	(void)ctx;
+	t->armed = false;
 }
 
 /* One queued event less that points at o: freed through its ops once closed and at 0. */

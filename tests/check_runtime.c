@@ -710,6 +710,45 @@ START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
 }
 END_TEST
 
+/* A handler that queues more than the FIFO holds (the ring grows twice under it) still reads
+ * the private data of the event it was handed: that item stays put until the handler returns. */
+static int requested_after_a_flood(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	for (int i = 0; i < 300; i++) {
+		struct qsm_conn *c;
+		struct qsm_conn_opts o = { .cls = &client_class, .dst = (struct sockaddr *)&addr };
+
+		if (qsm_conn_new(sctx, &o, &c) < 0 || qsm_conn_destroy(c) < 0)
+			return -1;
+	}
+	return server_requested(q, ev);
+}
+
+static const struct qsm_class flooding_server_class = {
+	.name = "flooding-server",
+	.passive = {
+		[QSM_ACCEPT_REQUESTED] = { .enter = requested_after_a_flood },
+		[QSM_ACCEPT_LIVE] = { .enter = note_enter },
+	},
+	.unexpected = note_unexpected,
+};
+
+START_TEST(test_private_data_outlives_a_fifo_that_grows_inside_the_handler)
+{
+	struct qsm_listener *l;
+	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)&addr, .cls = &flooding_server_class };
+	struct qsm_conn *q = new_client("LOGIN carol");
+
+	ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump(0);
+	ck_assert_str_eq(qsm_conn_state_name(q), "LIVE");
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_LIVE], 1);
+	ck_assert_int_eq(seen.rejected_status, 0);
+	ck_assert_uint_eq(COUNT(sctx, queues_live), 1);
+}
+END_TEST
+
 START_TEST(test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected)
 {
 	const int raw[] = { 1000, -1 };
@@ -776,6 +815,7 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_jittered_retry_delay_near_uint32_max_does_not_wrap);
 	tcase_add_test(t, test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected);
 	tcase_add_test(t, test_fifo_shrinks_back_after_a_connect_storm);
+	tcase_add_test(t, test_private_data_outlives_a_fifo_that_grows_inside_the_handler);
 	tcase_add_test(t, test_ctx_fd_is_readable_while_work_waits_and_quiet_after_a_drained_pass);
 	tcase_add_test(t, test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno);
 	tcase_add_test(t, test_resource_exhaustion_retries_when_max_exhausted_is_never);

@@ -9,19 +9,28 @@
 #define FIFO_MIN 64
 
 /* The ring at a new capacity (a power of two: slots are masked), its items in order from
- * slot 0.  -ENOMEM leaves it as it was. */
+ * slot 0.  -ENOMEM leaves it as it was.  The old ring goes at once unless an item that is
+ * being dispatched lies in it (pinned): then it goes when that item returns. */
 static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 {
-	struct qsm_item *n = malloc(cap * sizeof(*n));
+	size_t nretired = sizeof(ctx->fifo_retired) / sizeof(ctx->fifo_retired[0]);
+	struct qsm_item *n;
 
+	if (ctx->fifo_pinned && ctx->fifo_nretired == nretired)
+		return -ENOMEM;
+	n = malloc(cap * sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	for (size_t i = 0; i < ctx->fifo_len; i++)
 		n[i] = ctx->fifo[(ctx->fifo_head + i) & (ctx->fifo_cap - 1)];
-	free(ctx->fifo);
+	if (ctx->fifo_pinned)
+		ctx->fifo_retired[ctx->fifo_nretired++] = ctx->fifo;
+	else
+		free(ctx->fifo);
 	ctx->fifo = n;
 	ctx->fifo_cap = cap;
 	ctx->fifo_head = 0;
+	ctx->fifo_pinned = 0; /* what is pinned is in the retired ring */
 	ctx->counters.fifo_bytes = cap * sizeof(*n);
 	return 0;
 }
@@ -29,7 +38,7 @@ static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 /* qsm_fifo_push(), when the ring is full or the fd must say there is work. */
 int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
 {
-	if (ctx->fifo_len == ctx->fifo_cap &&
+	if (ctx->fifo_len + ctx->fifo_pinned == ctx->fifo_cap &&
 	    fifo_resize(ctx, ctx->fifo_cap ? ctx->fifo_cap * 2 : FIFO_MIN) < 0)
 		return -ENOMEM;
 	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len) & (ctx->fifo_cap - 1)];
@@ -57,6 +66,13 @@ void qsm_fifo_trim(struct qsm_ctx *ctx)
 	if (ctx->fifo_len || ctx->fifo_cap < 4 * want)
 		return;
 	fifo_resize(ctx, want); /* -ENOMEM: keep the larger one, nothing lost */
+}
+
+/* The rings that grew while an item in them was dispatched: that item has returned. */
+void qsm_fifo_free_retired(struct qsm_ctx *ctx)
+{
+	while (ctx->fifo_nretired)
+		free(ctx->fifo_retired[--ctx->fifo_nretired]);
 }
 
 /* Make the ctx's fd readable: there is queued work for the next qsm_ctx_dispatch(). */

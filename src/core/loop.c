@@ -109,6 +109,7 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 	close(ctx->epfd);
 	close(ctx->timerfd);
 	close(ctx->kickfd);
+	qsm_fifo_free_retired(ctx);
 	free(ctx->fifo);
 	free(ctx->heap);
 	free(ctx);
@@ -198,6 +199,10 @@ static unsigned dispatch_left(struct qsm_ctx *ctx, unsigned room)
 	return k;
 }
 
+/* Once a pass, inline: its frame (an event, a batch) would otherwise keep it out of line, at a
+ * call per event. */
+static inline int take_fabric_event(struct qsm_ctx *ctx, unsigned room) __attribute__((always_inline));
+
 /*
  * Ask the fabric once, into an empty FIFO with no batch left, for at most `room` completions:
  * a batch goes to the queues' handlers (the number dispatched), any other event into the FIFO
@@ -269,15 +274,15 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		ctx->dispatching = true;
 	}
 	while (n < budget) {
-		struct qsm_item it;
+		const struct qsm_item *it;
 
+		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
+			n += dispatch_left(ctx, budget - n);   /* what a batch left, behind the FIFO */
+			continue;
+		}
 		/* Timers fire only into an empty FIFO: an item still queued may move its object to
 		 * another state (cancelling the timer), and an expiry queued behind it would then
 		 * reach a state it was never armed for. */
-		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
-			n += dispatch_left(ctx, budget - n);
-			continue;
-		}
 		if (!ctx->fifo_len)
 			qsm_timers_fire(ctx);
 		if (!ctx->fifo_len) {
@@ -289,10 +294,12 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		}
 		if (!ctx->fifo_len)
 			continue;
-		qsm_fifo_pop(ctx, &it);
+		it = qsm_fifo_pop(ctx);
 		ctx->counters.popped++;
-		dispatch_item(ctx, &it);
-		qsm_obj_put(ctx, it.target);
+		dispatch_item(ctx, it);
+		qsm_obj_put(ctx, it->target);
+		if (outer)
+			qsm_fifo_unpin(ctx);
 		n++;
 	}
 	if (!outer)

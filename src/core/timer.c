@@ -79,12 +79,6 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 	heap_down(ctx, ctx->heap[i]->heap_idx);
 }
 
-void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
-{
-	(void)ctx;
-	t->armed = false; /* left in the heap: fire_timers() drops it when its key is due */
-}
-
 /* One timer per object: arming replaces whatever was armed. */
 void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
 {

@@ -42,10 +42,13 @@ static void refused(struct qsm_conn *q, int r)
 	}
 }
 
-static void call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
+/* true: the handler refused, or destroyed its queue (it is dead now, and was not before) */
+static bool call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
 {
-	if (fn && !q->dead)
-		refused(q, fn(q, ev));
+	if (!fn || q->dead)
+		return false;
+	refused(q, fn(q, ev));
+	return q->dead;
 }
 
 /*
@@ -128,7 +131,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 {
 	struct qsm_ctx *ctx = q->ctx;
 	const struct qsm_fabric_ops *ops = ctx->ops;
-	bool was_dead = q->dead;
+	bool cancelled = false; /* only a handler can kill its queue */
 	int r = 0, fail_ev = 0;
 
 	switch (a) {
@@ -163,7 +166,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		break;
 	case QSM_ACT_QP_READY:
 		/* the QP is there and nothing is sent yet: the ULP posts its receives now */
-		call(q, q->vt->qp_ready, ev);
+		cancelled = call(q, q->vt->qp_ready, ev);
 		break;
 	case QSM_ACT_CONNECT:
 		r = ops->connect(q->id, q->pdata, q->pdata_len);
@@ -214,7 +217,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		break;
 	case QSM_ACT_RELEASE_DEVICE:
 		ctx->counters.device_removals++;
-		call(q, q->vt->device_removed, ev);
+		cancelled = call(q, q->vt->device_removed, ev);
 		release_id(q);
 		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
@@ -231,7 +234,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		return r;
 	}
 	/* a handler refused (or destroyed its queue) in this action: ABORT or DESTROY follows */
-	return q->dead && !was_dead ? -ECANCELED : 0;
+	return cancelled ? -ECANCELED : 0;
 }
 
 /* Per-state step timeouts (the machine names which, sm/\*.rl), armed on arrival. */
@@ -277,6 +280,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
 	};
 	const struct qsm_sm_step *edge = qsm_sm_step(q->sm, q->state, event);
+	const struct qsm_state_handlers *hs = q->vt->state[q->passive];
 	bool moved;
 
 	ctx->counters.dispatched++;
@@ -290,9 +294,9 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 	}
 	info.to = edge->target;
 	moved = edge->target != q->state;
-	call(q, q->vt->state[q->passive][q->state].on_event, &info);
+	call(q, hs[q->state].on_event, &info);
 	if (moved) {
-		call(q, q->vt->state[q->passive][q->state].exit, &info);
+		call(q, hs[q->state].exit, &info);
 		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
 		qsm_timer_cancel(ctx, &q->timer);
 	}
@@ -314,7 +318,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 
 		if (t)
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
-		call(q, q->vt->state[q->passive][q->state].enter, &info);
+		call(q, hs[q->state].enter, &info);
 	}
 }
 
