@@ -145,6 +145,7 @@ _Static_assert(QSM_ACT_LIMIT <= UINT8_MAX + 1, "an action must fit struct qsm_sm
 _Static_assert(QSM_CM_STATE_COUNT <= INT8_MAX, "a state must fit struct qsm_sm_step");
 const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT];
 
+/* A final state takes no event (its .rl says zlen): its row stays empty whatever exec says. */
 static void tabulate_machine(const struct qsm_sm *sm, struct qsm_sm_step *rows)
 {
 	for (int s = 0; s < sm->nstates; s++)
@@ -154,8 +155,8 @@ static void tabulate_machine(const struct qsm_sm *sm, struct qsm_sm_step *rows)
 			int cs = state_cs[sm->id][s];
 
 			t->target = -1;
-			if (cs < 0 || sm->exec(&cs, ev, &edge) < 0 || edge.target < 0 ||
-			    edge.target >= sm->nstates)
+			if (cs < 0 || s == sm->final_state || sm->exec(&cs, ev, &edge) < 0 ||
+			    edge.target < 0 || edge.target >= sm->nstates)
 				continue;
 			t->target = (int8_t)edge.target;
 			t->nactions = (uint8_t)edge.nactions;

@@ -105,7 +105,7 @@ struct qsm_conn {
 	uint32_t next_delay_ms;
 	uint64_t lost_at_ns;
 	struct qsm_reconnect_policy policy;
-	struct qsm_timeouts timeouts;
+	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
 	union qsm_addr dst, src;
 	bool has_src;
 	void *user;
@@ -344,6 +344,7 @@ extern const struct qsm_obj_ops qsm_conn_ops;
 int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it);
 void qsm_conn_teardown(struct qsm_conn *q);
 int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len);
+void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t);
 int qsm_timeouts_check(const struct qsm_timeouts *t);
 void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);

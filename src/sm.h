@@ -70,18 +70,24 @@ struct qsm_sm_step {
 	uint8_t nactions;
 	uint8_t actions[QSM_EDGE_MAX_ACTIONS];
 };
-extern const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT];
+/* hidden: the library's own, reached without a GOT load */
+extern const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT] __attribute__((visibility("hidden")));
 void qsm_sm_init(void);
 
-/* The edge of `event` in `state`, or NULL: no edge (the event is unexpected there). */
-static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int state, int event)
+/* The edge of `event` in `state` of machine `m`, or NULL: no edge (unexpected there). */
+static inline const struct qsm_sm_step *qsm_sm_step_of(enum qsm_machine m, int state, int event)
 {
 	const struct qsm_sm_step *t;
 
 	if ((unsigned int)event >= QSM_EV_LIMIT)
 		return NULL;
-	t = &qsm_sm_steps[sm->id][state * QSM_EV_LIMIT + event];
+	t = &qsm_sm_steps[m][state * QSM_EV_LIMIT + event];
 	return t->target < 0 ? NULL : t;
+}
+
+static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int state, int event)
+{
+	return qsm_sm_step_of(sm->id, state, event);
 }
 
 /* Used by the .rl actions: record what the edge does and where it goes. */

@@ -87,7 +87,7 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 		q->has_src = true;
 	}
 	q->policy = o->policy;
-	q->timeouts = o->timeouts;
+	qsm_conn_set_timeouts(q, &o->timeouts);
 	q->user = o->user;
 	if (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0) {
 		qsm_conn_teardown(q);
@@ -108,7 +108,7 @@ int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
 	if (!q)
 		return -ENOMEM;
 	q->user = l->user;
-	q->timeouts = l->timeouts;
+	qsm_conn_set_timeouts(q, &l->timeouts);
 	/* A queue without its device in the registry could never register memory: refuse the
 	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
 	d = ctx->ops->id_device(it->id);

@@ -22,11 +22,9 @@ static const char *state_name(const struct qsm_conn *q, int s)
 
 static void qp_feed(struct qsm_conn *q, int event)
 {
-	const struct qsm_sm_step *e;
+	/* no QP (its final state): no edge there either */
+	const struct qsm_sm_step *e = qsm_sm_step_of(QSM_MACHINE_QP, q->qp_state, event);
 
-	if (!qsm_conn_has_qp(q))
-		return;
-	e = qsm_sm_step(&qsm_sm_qp, q->qp_state, event);
 	if (e)
 		q->qp_state = (uint8_t)e->target;
 }
@@ -122,6 +120,25 @@ static uint32_t ms_or(uint32_t v, uint32_t def)
 	return v ? v : def;
 }
 
+/* The ULP's step timeouts, each with its default, once: a step reads them by the machine's
+ * fact (enum qsm_step_timeout) with no switch. */
+void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t)
+{
+	q->step_ms[QSM_STEP_NONE] = 0;
+	q->step_ms[QSM_STEP_RESOLVE] = ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
+	q->step_ms[QSM_STEP_CONNECT] = ms_or(t->connect_ms, 5000);
+	q->step_ms[QSM_STEP_REQUEST] = ms_or(t->request_ms, 5000);
+	q->step_ms[QSM_STEP_HANDSHAKE] = t->handshake_ms;
+	q->step_ms[QSM_STEP_DISCONNECT] = ms_or(t->disconnect_ms, 2000);
+	q->step_ms[QSM_STEP_DRAIN] = ms_or(t->drain_ms, 2000);
+}
+
+/* What rdma_resolve_addr/route are given: the step's timeout fires 1 s after theirs. */
+static int resolve_ms(const struct qsm_conn *q)
+{
+	return (int)(q->step_ms[QSM_STEP_RESOLVE] - 1000);
+}
+
 /*
  * One action of an edge.  0: go on with the edge's next action; < 0: this one failed (its
  * failure is queued as the event an asynchronous failure would be) or a handler refused, and
@@ -142,7 +159,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 			q->id = NULL;
 		else
 			r = ops->resolve_addr(q->id, q->has_src ? &q->src.sa : NULL, &q->dst.sa,
-					      (int)ms_or(q->timeouts.resolve_ms, 2000));
+					      resolve_ms(q));
 		fail_ev = QSM_EV_ADDR_ERROR;
 		break;
 	case QSM_ACT_RESOLVE_ROUTE: {
@@ -156,7 +173,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		}
 		/* no registry entry (no sentinel, no memory): this attempt cannot work, retry */
 		if (r == 0)
-			r = ops->resolve_route(q->id, (int)ms_or(q->timeouts.resolve_ms, 2000));
+			r = ops->resolve_route(q->id, resolve_ms(q));
 		fail_ev = QSM_EV_ROUTE_ERROR;
 		break;
 	}
@@ -240,19 +257,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 /* Per-state step timeouts (the machine names which, sm/\*.rl), armed on arrival. */
 static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
 {
-	const struct qsm_timeouts *t = &q->timeouts;
-
-	switch ((enum qsm_step_timeout)q->sm->facts[s].timeout) {
-	case QSM_STEP_NONE: return 0;
-	case QSM_STEP_RESOLVE: return ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
-	case QSM_STEP_CONNECT: return ms_or(t->connect_ms, 5000);
-	case QSM_STEP_REQUEST: return ms_or(t->request_ms, 5000);
-	case QSM_STEP_HANDSHAKE: return t->handshake_ms;
-	case QSM_STEP_DISCONNECT: return ms_or(t->disconnect_ms, 2000);
-	case QSM_STEP_DRAIN: return ms_or(t->drain_ms, 2000);
-	case QSM_STEP_COUNT: break;
-	}
-	return 0;
+	return q->step_ms[q->sm->facts[s].timeout];
 }
 
 /* Last step of a queue: off every list; memory goes when no queued event points here. */
