@@ -277,6 +277,9 @@ static void conn_close(struct qsm_conn *q)
 	q->ctx->counters.queues_live--;
 }
 
+static void take_abort(struct qsm_conn *q);
+
+/* One event through the machine, and the ABORT edge after it if a handler refused. */
 static void step(struct qsm_conn *q, int event, int status, const void *pdata, size_t pdata_len)
 {
 	struct qsm_ctx *ctx = q->ctx;
@@ -295,7 +298,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 		qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
 			  NULL, status);
 		call(q, q->vt->unexpected, &info);
-		return;
+		goto out;
 	}
 	info.to = edge->target;
 	moved = edge->target != q->state;
@@ -325,6 +328,8 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
 		call(q, hs[q->state].enter, &info);
 	}
+out:
+	take_abort(q);
 }
 
 /* A handler returned non-zero: the ABORT edge, at once, with no callback on the way. */
@@ -351,9 +356,7 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	/* what the QP itself went through, before the queue's machine hears of it */
 	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED)
 		qp_feed(q, it->event);
-	step(q, it->event, it->status, it->pdata,
-	     it->pdata_len);
-	take_abort(q);
+	step(q, it->event, it->status, it->pdata, it->pdata_len);
 }
 
 /* ctx teardown: no callbacks, no events; everything released now. */
