@@ -192,7 +192,6 @@ struct qsm_ctx {
 	size_t fifo_pinned;
 	unsigned int fifo_nretired;
 	struct qsm_item *fifo_retired[48];    /* the ring doubles: never more than this */
-	const struct qsm_item *current;   /* the item being dispatched */
 
 	/* What is left of a batch of completions: cqe[cqe_next..cqe_len), each holding its owner,
 	 * with the owner's id_gen.  They go after what the FIFO holds (a WC_ERROR a handler of
@@ -222,6 +221,7 @@ struct qsm_ctx {
 	qsm_trace_fn trace;
 	void *trace_arg;
 	bool trace_stderr;
+	bool tracing;                 /* trace || trace_stderr: the hot path reads one flag */
 	uint64_t t0_ns;
 };
 
@@ -334,7 +334,7 @@ static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_ob
  * when nobody listens: a macro, so that not even its arguments are worked out then. */
 #define qsm_trace(ctx, ...) do { \
 		struct qsm_ctx *trace_ctx_ = (ctx); \
-		if (trace_ctx_->trace || trace_ctx_->trace_stderr) \
+		if (trace_ctx_->tracing) \
 			qsm_trace_emit(trace_ctx_, __VA_ARGS__); \
 	} while (0)
 

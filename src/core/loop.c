@@ -56,6 +56,7 @@ int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	ctx->ops = opts->fabric->ops;
 	env = getenv("QSM_TRACE");
 	ctx->trace_stderr = env && *env && strcmp(env, "0") != 0;
+	ctx->tracing = ctx->trace_stderr;
 	ctx->t0_ns = qsm_now(ctx);
 	*ret = ctx;
 	return 0;
@@ -134,13 +135,6 @@ int qsm_ctx_fd(struct qsm_ctx *ctx)
 	return ctx->epfd;
 }
 
-
-static void dispatch_item(struct qsm_ctx *ctx, const struct qsm_item *it)
-{
-	ctx->current = it;
-	it->target->ops->dispatch(it->target, it);
-	ctx->current = NULL;
-}
 
 /* A CONNECT_REQUEST nobody can take: refused, its id destroyed. */
 static void refuse_request(struct qsm_ctx *ctx, const struct qsm_fabric_event *ev)
@@ -296,7 +290,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			continue;
 		it = qsm_fifo_pop(ctx);
 		ctx->counters.popped++;
-		dispatch_item(ctx, it);
+		it->target->ops->dispatch(it->target, it);
 		qsm_obj_put(ctx, it->target);
 		if (outer)
 			qsm_fifo_unpin(ctx);

@@ -18,6 +18,7 @@ int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg)
 	qsm_check(ctx, -EINVAL);
 	ctx->trace = fn;
 	ctx->trace_arg = arg;
+	ctx->tracing = fn || ctx->trace_stderr;
 	return 0;
 }
 
