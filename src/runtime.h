@@ -236,7 +236,7 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
-void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms);
+void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint32_t serial,
 		    const char *from, int event, const char *to, int status);
@@ -294,6 +294,21 @@ static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
 	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
 		qsm_timers_fire_due(ctx);
+}
+
+/* One timer per object: arming replaces whatever was armed.  Inline, O(1), when the timer
+ * is in the heap with a key no later than the new deadline (a lazy re-arm: the common case). */
+static inline void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
+{
+	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
+
+	if (t->heap_idx == UINT32_MAX || deadline < t->key_ns) {
+		qsm_timer_arm_slow(ctx, t, event, deadline);
+		return;
+	}
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
 }
 
 /* O(1): the timer is left in the heap; qsm_timers_fire_due() drops it when its key is due. */

@@ -79,19 +79,15 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 	heap_down(ctx, ctx->heap[i]->heap_idx);
 }
 
-/* One timer per object: arming replaces whatever was armed. */
-void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
+/* qsm_timer_arm() of a timer out of the heap, or to a deadline earlier than its key. */
+void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline)
 {
-	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
-
 	t->event = event;
 	t->deadline_ns = deadline;
 	t->armed = true;
 	if (t->heap_idx != UINT32_MAX) {
-		if (deadline < t->key_ns) {
-			t->key_ns = deadline;
-			heap_up(ctx, t->heap_idx);
-		}
+		t->key_ns = deadline;
+		heap_up(ctx, t->heap_idx);
 		return;
 	}
 	if (ctx->heap_len == ctx->heap_cap) {
