@@ -88,6 +88,7 @@ struct qsm_conn {
 	const struct qsm_class *cls;
 	const struct qsm_vtable *vt;
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
+	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
 	uint8_t state;
 	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */
 	bool passive;

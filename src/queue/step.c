@@ -40,12 +40,30 @@ static void refused(struct qsm_conn *q, int r)
 	}
 }
 
+/*
+ * What a step's handlers are told: its item (event, status, private data), the state it was
+ * in and the one it goes to.  Put together for the first handler that runs, as most steps
+ * run none: info->event is 0 until then.
+ */
+static inline const struct qsm_event_info *told(struct qsm_event_info *info, const struct qsm_item *it,
+						int from, int to)
+{
+	if (!info->event)
+		*info = (struct qsm_event_info){
+			.event = it->event, .status = it->status, .from = from, .to = to,
+			.private_data = it->pdata_len ? it->pdata : NULL,
+			.private_data_len = it->pdata_len,
+		};
+	return info;
+}
+
 /* true: the handler refused, or destroyed its queue (it is dead now, and was not before) */
-static bool call(struct qsm_conn *q, qsm_handler_fn fn, const struct qsm_event_info *ev)
+static inline bool call(struct qsm_conn *q, qsm_handler_fn fn, struct qsm_event_info *info,
+			const struct qsm_item *it, int from, int to)
 {
 	if (!fn || q->dead)
 		return false;
-	refused(q, fn(q, ev));
+	refused(q, fn(q, told(info, it, from, to)));
 	return q->dead;
 }
 
@@ -144,7 +162,8 @@ static int resolve_ms(const struct qsm_conn *q)
  * failure is queued as the event an asynchronous failure would be) or a handler refused, and
  * the rest of the edge's actions are skipped: nothing is sent on a QP that is not there.
  */
-static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct qsm_event_info *ev)
+static int run_action(struct qsm_conn *q, enum qsm_queue_action a, struct qsm_event_info *info,
+		      const struct qsm_item *it, int to)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	const struct qsm_fabric_ops *ops = ctx->ops;
@@ -183,7 +202,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		break;
 	case QSM_ACT_QP_READY:
 		/* the QP is there and nothing is sent yet: the ULP posts its receives now */
-		cancelled = call(q, q->vt->qp_ready, ev);
+		cancelled = call(q, q->vt->qp_ready, info, it, q->state, to);
 		break;
 	case QSM_ACT_CONNECT:
 		r = ops->connect(q->id, q->pdata, q->pdata_len);
@@ -226,7 +245,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		release_id(q);
 		break;
 	case QSM_ACT_ARM_RETRY:
-		qsm_conn_arm_retry(q, ev->status);
+		qsm_conn_arm_retry(q, it->status);
 		break;
 	case QSM_ACT_RETRY_NOW:
 		q->next_delay_ms = 0;
@@ -234,7 +253,7 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, const struct 
 		break;
 	case QSM_ACT_RELEASE_DEVICE:
 		ctx->counters.device_removals++;
-		cancelled = call(q, q->vt->device_removed, ev);
+		cancelled = call(q, q->vt->device_removed, info, it, q->state, to);
 		release_id(q);
 		qsm_conn_release_mrs(q, false);
 		qsm_device_detach(q);
@@ -279,57 +298,78 @@ static void conn_close(struct qsm_conn *q)
 
 static void take_abort(struct qsm_conn *q);
 
+/* No edge for the event here: counted, traced, told to the class; the machine stays. */
+static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
+{
+	struct qsm_event_info info = { .event = 0 };
+
+	q->ctx->counters.unexpected++;
+	qsm_trace(q->ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), it->event,
+		  NULL, it->status);
+	call(q, q->vt->unexpected, &info, it, q->state, q->state);
+}
+
 /* One event through the machine, and the ABORT edge after it if a handler refused. */
-static void step(struct qsm_conn *q, int event, int status, const void *pdata, size_t pdata_len)
+static void step_item(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_ctx *ctx = q->ctx;
-	struct qsm_event_info info = {
-		.event = event, .status = status, .from = q->state, .to = q->state,
-		.private_data = pdata_len ? pdata : NULL, .private_data_len = pdata_len,
-	};
-	const struct qsm_sm_step *edge = qsm_sm_step(q->sm, q->state, event);
-	const struct qsm_state_handlers *hs = q->vt->state[q->passive];
-	bool moved;
+	int event = it->event, from = q->state, to;
+	const struct qsm_sm_step *edge = qsm_sm_step(q->sm, from, event);
+	const struct qsm_state_handlers *hs = q->hs;
+	struct qsm_event_info info;
 
+	info.event = 0;
 	ctx->counters.dispatched++;
 	ctx->counters.events[event]++;
 	if (!edge) {
-		ctx->counters.unexpected++;
-		qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
-			  NULL, status);
-		call(q, q->vt->unexpected, &info);
+		unexpected(q, it);
 		goto out;
 	}
-	info.to = edge->target;
-	moved = edge->target != q->state;
-	call(q, hs[q->state].on_event, &info);
-	if (moved) {
-		call(q, hs[q->state].exit, &info);
+	to = edge->target;
+	call(q, hs[from].on_event, &info, it, from, to);
+	if (to != from) {
+		call(q, hs[from].exit, &info, it, from, to);
 		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
 		qsm_timer_cancel(ctx, &q->timer);
 	}
 	for (unsigned int i = 0; i < edge->nactions; i++)
-		if (run_action(q, (enum qsm_queue_action)edge->actions[i], &info) < 0)
+		if (run_action(q, (enum qsm_queue_action)edge->actions[i], &info, it, to) < 0)
 			break;
-	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), event,
-		  state_name(q, edge->target), status);
-	q->state = (uint8_t)edge->target;
+	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, from), event,
+		  state_name(q, to), it->status);
+	q->state = (uint8_t)to;
 	ctx->counters.transitions++;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
-	if (q->state == q->sm->final_state) {
+	if (to == q->sm->final_state) {
 		conn_close(q);
 		return;
 	}
-	if (moved) {
-		uint32_t t = state_timeout_ms(q, q->state);
+	if (to != from) {
+		uint32_t t = state_timeout_ms(q, to);
 
 		if (t)
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
-		call(q, hs[q->state].enter, &info);
+		call(q, hs[to].enter, &info, it, from, to);
 	}
 out:
 	take_abort(q);
+}
+
+/* An event that comes from no FIFO slot (an abort, a WC_ERROR the FIFO had no room for). */
+static void step(struct qsm_conn *q, int event, int status, const void *pdata, size_t pdata_len)
+{
+	struct qsm_item it;   /* its header only: the private data is not cleared */
+
+	it.target = &q->obj;
+	it.id = NULL;
+	it.gen = q->obj.id_gen;
+	it.event = event;
+	it.status = status;
+	it.pdata_len = pdata_len > sizeof(it.pdata) ? sizeof(it.pdata) : pdata_len;
+	if (it.pdata_len)
+		memcpy(it.pdata, pdata, it.pdata_len);
+	step_item(q, &it);
 }
 
 /* A handler returned non-zero: the ABORT edge, at once, with no callback on the way. */
@@ -356,7 +396,7 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	/* what the QP itself went through, before the queue's machine hears of it */
 	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED)
 		qp_feed(q, it->event);
-	step(q, it->event, it->status, it->pdata, it->pdata_len);
+	step_item(q, it);
 }
 
 /* ctx teardown: no callbacks, no events; everything released now. */
