@@ -149,7 +149,7 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, str
 	l->cls = o->cls;
 	memcpy(&l->addr, o->addr, o->addr->sa_family == AF_INET ? sizeof(l->addr.sin) : sizeof(l->addr.sin6));
 	l->backlog = o->backlog ? o->backlog : 128;
-	l->relisten = o->relisten;
+	l->relisten = qsm_policy_resolved(&o->relisten);
 	l->timeouts = o->timeouts;
 	l->user = o->user;
 	l->timer.heap_idx = UINT32_MAX;

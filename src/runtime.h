@@ -88,6 +88,7 @@ struct qsm_conn {
 	const struct qsm_class *cls;
 	const struct qsm_vtable *vt;
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
+	const struct qsm_sm_step *steps;     /* qsm_sm_steps[sm->id]: its machine's edges */
 	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
 	uint8_t state;
 	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */
@@ -251,6 +252,12 @@ static inline void qsm_obj_hold(struct qsm_ctx *ctx, struct qsm_obj *o)
 	}
 }
 
+/* A setting the ULP left 0: its default. */
+static inline uint32_t qsm_or_default(uint32_t v, uint32_t def)
+{
+	return v ? v : def;
+}
+
 /* The clock is read once per dispatch pass: everything a pass does (timer arms, expiries,
  * trace stamps) happens "at" the pass's start.  Outside a pass, it is read each time. */
 static inline uint64_t qsm_now(struct qsm_ctx *ctx)
@@ -364,6 +371,7 @@ void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t);
 int qsm_timeouts_check(const struct qsm_timeouts *t);
 void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);
+struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p);
 uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);
 

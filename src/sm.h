@@ -74,15 +74,22 @@ struct qsm_sm_step {
 extern const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT] __attribute__((visibility("hidden")));
 void qsm_sm_init(void);
 
-/* The edge of `event` in `state` of machine `m`, or NULL: no edge (unexpected there). */
-static inline const struct qsm_sm_step *qsm_sm_step_of(enum qsm_machine m, int state, int event)
+/* The edge of `event` in `state` of the machine whose table is `steps` (qsm_sm_steps[m]),
+ * or NULL: no edge (unexpected there). */
+static inline const struct qsm_sm_step *qsm_sm_step_in(const struct qsm_sm_step *steps, int state,
+						       int event)
 {
 	const struct qsm_sm_step *t;
 
 	if ((unsigned int)event >= QSM_EV_LIMIT)
 		return NULL;
-	t = &qsm_sm_steps[m][state * QSM_EV_LIMIT + event];
+	t = &steps[state * QSM_EV_LIMIT + event];
 	return t->target < 0 ? NULL : t;
+}
+
+static inline const struct qsm_sm_step *qsm_sm_step_of(enum qsm_machine m, int state, int event)
+{
+	return qsm_sm_step_in(qsm_sm_steps[m], state, event);
 }
 
 static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int state, int event)

@@ -52,6 +52,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->cls = cls;
 	q->passive = passive;
 	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
+	q->steps = qsm_sm_steps[q->sm->id];
 	q->hs = vt->state[passive];
 	q->state = (uint8_t)q->sm->start_state;
 	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
@@ -87,7 +88,7 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 		q->src = src;
 		q->has_src = true;
 	}
-	q->policy = o->policy;
+	q->policy = qsm_policy_resolved(&o->policy);
 	qsm_conn_set_timeouts(q, &o->timeouts);
 	q->user = o->user;
 	if (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0) {

@@ -17,7 +17,7 @@ static int check_edge(struct qsm_conn *q, int event)
 {
 	if (q->dead)
 		return -ESTALE;
-	if (!qsm_sm_step(q->sm, q->state, event)) /* what qsm_machine_next(3) answers */
+	if (!qsm_sm_step_in(q->steps, q->state, event)) /* what qsm_machine_next(3) answers */
 		return -ENOMSG;
 	return 0;
 }

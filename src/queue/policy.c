@@ -6,14 +6,25 @@
 
 #include "runtime.h"
 
-/* 64 bits: a delay near UINT32_MAX ms plus its jitter must not wrap to a short one. */
+/* A policy as the ULP gave it, its defaults (its 0s) applied once: a retry reads it as is. */
+struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p)
+{
+	struct qsm_reconnect_policy r = *p;
+
+	r.initial_delay_ms = qsm_or_default(p->initial_delay_ms, 100);
+	r.max_delay_ms = qsm_or_default(p->max_delay_ms, 10000);
+	r.multiplier_pct = qsm_or_default(p->multiplier_pct, 200);
+	r.max_exhausted = qsm_or_default(p->max_exhausted, 8);
+	return r;
+}
+
+/* 64 bits: a delay near UINT32_MAX ms plus its jitter must not wrap to a short one.
+ * @p: resolved (qsm_policy_resolved). */
 uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms)
 {
-	uint32_t initial = p->initial_delay_ms ? p->initial_delay_ms : 100;
-	uint32_t max = p->max_delay_ms ? p->max_delay_ms : 10000;
-	uint32_t mult = p->multiplier_pct ? p->multiplier_pct : 200;
-	uint64_t d = *next_delay_ms ? *next_delay_ms : initial, n;
+	uint32_t max = p->max_delay_ms, mult = p->multiplier_pct;
+	uint64_t d = *next_delay_ms ? *next_delay_ms : p->initial_delay_ms, n;
 
 	if (d > max)
 		d = max;
@@ -52,7 +63,7 @@ void qsm_conn_arm_retry(struct qsm_conn *q, int status)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	uint64_t now = qsm_now(ctx);
-	uint32_t max_exhausted = q->policy.max_exhausted ? q->policy.max_exhausted : 8;
+	uint32_t max_exhausted = q->policy.max_exhausted;
 
 	q->attempts++;
 	if (!q->lost_at_ns)

@@ -133,22 +133,17 @@ static int create_qp(struct qsm_conn *q)
 	return 0;
 }
 
-static uint32_t ms_or(uint32_t v, uint32_t def)
-{
-	return v ? v : def;
-}
-
 /* The ULP's step timeouts, each with its default, once: a step reads them by the machine's
  * fact (enum qsm_step_timeout) with no switch. */
 void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t)
 {
 	q->step_ms[QSM_STEP_NONE] = 0;
-	q->step_ms[QSM_STEP_RESOLVE] = ms_or(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
-	q->step_ms[QSM_STEP_CONNECT] = ms_or(t->connect_ms, 5000);
-	q->step_ms[QSM_STEP_REQUEST] = ms_or(t->request_ms, 5000);
+	q->step_ms[QSM_STEP_RESOLVE] = qsm_or_default(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
+	q->step_ms[QSM_STEP_CONNECT] = qsm_or_default(t->connect_ms, 5000);
+	q->step_ms[QSM_STEP_REQUEST] = qsm_or_default(t->request_ms, 5000);
 	q->step_ms[QSM_STEP_HANDSHAKE] = t->handshake_ms;
-	q->step_ms[QSM_STEP_DISCONNECT] = ms_or(t->disconnect_ms, 2000);
-	q->step_ms[QSM_STEP_DRAIN] = ms_or(t->drain_ms, 2000);
+	q->step_ms[QSM_STEP_DISCONNECT] = qsm_or_default(t->disconnect_ms, 2000);
+	q->step_ms[QSM_STEP_DRAIN] = qsm_or_default(t->drain_ms, 2000);
 }
 
 /* What rdma_resolve_addr/route are given: the step's timeout fires 1 s after theirs. */
@@ -314,7 +309,7 @@ static void step_item(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	int event = it->event, from = q->state, to;
-	const struct qsm_sm_step *edge = qsm_sm_step(q->sm, from, event);
+	const struct qsm_sm_step *edge = qsm_sm_step_in(q->steps, from, event);
 	const struct qsm_state_handlers *hs = q->hs;
 	struct qsm_event_info info;
 
@@ -332,8 +327,8 @@ static void step_item(struct qsm_conn *q, const struct qsm_item *it)
 		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
 		qsm_timer_cancel(ctx, &q->timer);
 	}
-	for (unsigned int i = 0; i < edge->nactions; i++)
-		if (run_action(q, (enum qsm_queue_action)edge->actions[i], &info, it, to) < 0)
+	for (const uint8_t *a = edge->actions, *end = a + edge->nactions; a < end; a++)
+		if (run_action(q, (enum qsm_queue_action)*a, &info, it, to) < 0)
 			break;
 	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, from), event,
 		  state_name(q, to), it->status);
