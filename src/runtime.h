@@ -297,10 +297,11 @@ static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
 		qsm_fifo_free_retired(ctx);
 }
 
-/* Fire the timers that are due; a glance at the heap's top when none is. */
+/* Fire the timers that are due; a glance at the heap's top when none is.  Inside a
+ * dispatch pass only: the clock is the pass's. */
 static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
-	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
+	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
 		qsm_timers_fire_due(ctx);
 }
 

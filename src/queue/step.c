@@ -382,7 +382,8 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 	struct qsm_ctx *ctx = q->ctx;
 
-	if (q->obj.closed || (q->dead && it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT) ||
+	/* closed: dead as well (conn_close) */
+	if ((q->dead && (q->obj.closed || (it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT))) ||
 	    qsm_item_stale(it, &q->obj)) {
 		/* destroyed, or an event of an id this queue already let go of */
 		ctx->counters.dropped++;
