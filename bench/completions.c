@@ -221,7 +221,7 @@ int main(int argc, char **argv)
 	printf("%14s %14s %8s\n", "qsm ns/compl", "raw ns/compl", "ratio");
 	printf("%14.1f %14.1f %7.2fx\n\n", best[0], best[1], ratio);
 	printf("qsm takes a batch of up to 16 from the fabric and calls the queue's handler for each\n"
-	       "(reference, stale check, WC_ERROR rule, counters); the data-path target is <= 2x.\n");
+	       "(stale check, WC_ERROR rule, counters; no reference per completion); the data-path target is <= 2x.\n");
 	printf("ratio completions qsm/raw_poll16 %.2f\n", ratio);
 	fflush(stdout);
 	if (instr_available()) {
