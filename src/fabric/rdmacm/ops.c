@@ -36,6 +36,11 @@ static void rc_destroy(struct qsm_fabric *base)
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready)\n",
 			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits);
+	if (getenv("QSM_RDMACM_STATS"))
+		fprintf(stderr, "qsm rdmacm: bytes per QP %llu (ours: id, rings, send lists; the average of %llu "
+			"QPs created; not the provider's or the kernel's)\n",
+			(unsigned long long)(f->qps_created ? f->qp_bytes / f->qps_created : 0),
+			(unsigned long long)f->qps_created);
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
@@ -203,6 +208,18 @@ rest:
 	return take_pending(f, ev);
 }
 
+/* create_qp, with what the QP holds of ours counted for QSM_RDMACM_STATS. */
+static int rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
+{
+	int r = qsm_rc_create_qp(id, a);
+
+	if (r == 0) {
+		id->fab->qps_created++;
+		id->fab->qp_bytes += qsm_rc_qp_bytes(a->max_send_wr, a->max_recv_wr);
+	}
+	return r;
+}
+
 static const struct qsm_fabric_ops rc_ops = {
 	.name = "rdmacm",
 	.destroy = rc_destroy,
@@ -215,7 +232,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.listen = qsm_rc_listen,
 	.resolve_addr = qsm_rc_resolve_addr,
 	.resolve_route = qsm_rc_resolve_route,
-	.create_qp = qsm_rc_create_qp,
+	.create_qp = rc_create_qp,
 	.destroy_qp = qsm_rc_destroy_qp,
 	.connect = qsm_rc_connect,
 	.accept = qsm_rc_accept,

@@ -156,6 +156,8 @@ struct rc_fabric {
 	unsigned hot, hot_skips;
 	int hot_fd;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
+	/* QPs created, and what they held of ours (qsm_rc_qp_bytes of their caps); for QSM_RDMACM_STATS */
+	uint64_t qps_created, qp_bytes;
 };
 
 static inline struct rc_fabric *to_fab(struct qsm_fabric *f)
