@@ -123,6 +123,7 @@ static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
 
 	if (qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = &b->f }, &ctx) < 0)
 		abort();
+	memset(&bench_qp_asked, 0, sizeof(bench_qp_asked));
 	m0 = mallinfo2();
 	for (size_t i = 0; i < nqueues; i++) {
 		struct qsm_conn_opts o = { .cls = &bench_class, .dst = (struct sockaddr *)&dst,
@@ -156,6 +157,10 @@ static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
 		fprintf(stderr, "qsm: %zu queues: %llu events, %.3f s, popped %llu dropped %llu\n", nqueues, (unsigned long long)r.events, (double)ns / 1e9, (unsigned long long)c.popped, (unsigned long long)c.dropped);
 	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
 	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
+	r.qp_send_wr = bench_qp_asked.max_send_wr;
+	r.qp_recv_wr = bench_qp_asked.max_recv_wr;
+	r.fabric_bytes_per_queue = r.qp_send_wr || r.qp_recv_wr ?
+				   bench_rdmacm_qp_bytes(r.qp_send_wr, r.qp_recv_wr) : 0;
 	qsm_ctx_free(ctx);
 	free(qs);
 	return r;
@@ -357,6 +362,7 @@ int main(int argc, char **argv)
 {
 	uint64_t total = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
 	double ratio[NSIZES][NSIDES];
+	struct result qsm_best[NSIZES];
 
 	replay_ops_init();
 	if (argc == 5 && !strcmp(argv[1], BENCH_INSTR_ARG))
@@ -381,6 +387,7 @@ int main(int argc, char **argv)
 			}
 		for (size_t s = 0; s < NSIDES; s++)
 			ratio[i][s] = best[0].ns_per_event / best[s].ns_per_event;
+		qsm_best[i] = best[0];
 		printf("%9zu %9.1f %9.1f %9.1f %7.2fx %7.2fx %9.0f %9.0f %9.0f\n", sizes[i],
 		       best[0].ns_per_event, best[1].ns_per_event, best[2].ns_per_event, ratio[i][1],
 		       ratio[i][2], best[0].bytes_per_queue, best[1].bytes_per_queue,
@@ -398,6 +405,15 @@ int main(int argc, char **argv)
 		printf("ratio dispatch_%s qsm/mux %.2f\n", size_names[i], ratio[i][1]);
 	for (size_t i = 0; i < NSIZES; i++)
 		printf("ratio dispatch_%s qsm/bare_switch %.2f\n", size_names[i], ratio[i][2]);
+	/* The runtime's share (qsm B/q above: malloc'd per qsm_conn_new, the class's table spread
+	 * over the queues) and the rdmacm fabric's for a QP of the caps the runtime asked for
+	 * (qsm_rc_qp_bytes: the id, its QP-table entry, the rings rounded up to a power of two,
+	 * the send lists of max_send_wr + 1 WRs; what librdmacm, the provider and the kernel
+	 * hold is not counted). */
+	for (size_t i = 0; i < NSIZES; i++)
+		printf("bytes_per_queue %s runtime %.0f fabric %zu (rdmacm, QP of %u/%u WRs)\n",
+		       size_names[i], qsm_best[i].bytes_per_queue, qsm_best[i].fabric_bytes_per_queue,
+		       qsm_best[i].qp_send_wr, qsm_best[i].qp_recv_wr);
 	fflush(stdout);
 	if (instr_available())
 		instructions();

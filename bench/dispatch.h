@@ -29,6 +29,10 @@ struct result {
 	double ns_per_event;
 	uint64_t events;
 	double bytes_per_queue;
+	/* qsm only: what the rdmacm fabric holds per QP of the caps the runtime asked for, and those
+	 * caps (send/recv WRs; 0/0: no QP was asked for) */
+	size_t fabric_bytes_per_queue;
+	uint32_t qp_send_wr, qp_recv_wr;
 };
 
 /* The same-work multiplexer (bench/mux.c): timed, or counted under callgrind (instr). */

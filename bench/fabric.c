@@ -47,7 +47,14 @@ static int bf_resolve_addr(struct qsm_fid *id, const struct sockaddr *s, const s
 	return 0;
 }
 static int bf_resolve_route(struct qsm_fid *id, int t) { (void)id; (void)t; return 0; }
-static int bf_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a) { (void)id; (void)a; return 0; }
+struct qsm_fabric_qp_attr bench_qp_asked;
+
+static int bf_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
+{
+	(void)id;
+	bench_qp_asked = *a;
+	return 0;
+}
 static int bf_pdata(struct qsm_fid *id, const void *p, size_t l) { (void)id; (void)p; (void)l; return 0; }
 static struct qsm_fdev *bf_id_device(struct qsm_fid *id) { (void)id; return NULL; }
 static void bf_dev(struct qsm_fdev *d) { (void)d; }

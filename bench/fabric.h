@@ -25,6 +25,12 @@ struct bench_fabric {
 
 struct bench_fabric *bf_of(struct qsm_fabric *f);
 
+/* The caps of the last QP a side asked for (the runtime: its class's, or the defaults). */
+extern struct qsm_fabric_qp_attr bench_qp_asked;
+
+/* What the rdmacm fabric holds per QP of those caps (bench/qp_bytes.c: qsm_rc_qp_bytes). */
+size_t bench_rdmacm_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
+
 /* Every call succeeds (id_device: NULL, device_addr: -ENOENT); get_event is NULL: copy the
  * ops and set your own. */
 extern const struct qsm_fabric_ops bench_noop_ops;
