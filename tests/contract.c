@@ -173,8 +173,10 @@ struct qsm_fid *listener_on(struct qsm_fabric *f, void *owner, const char *addr,
 	return id;
 }
 
-/* An active id with route and QP, ready to connect; src NULL lets the destination pick the device. */
-struct qsm_fid *active_ready(void *owner, const char *src, const char *dst, uint16_t port)
+/* An active id with route and a QP of @caps, ready to connect; src NULL lets the destination
+ * pick the device. */
+static struct qsm_fid *active_ready_caps(void *owner, const char *src, const char *dst, uint16_t port,
+					 const struct qsm_fabric_qp_attr *caps)
 {
 	struct qsm_fid *id;
 	struct sockaddr_storage s = src ? ip(src, 0) : ip("0.0.0.0", 0), d = ip(dst, port);
@@ -184,12 +186,18 @@ struct qsm_fid *active_ready(void *owner, const char *src, const char *dst, uint
 	expect(fc, QSM_EV_ADDR_RESOLVED, owner);
 	ck_assert_int_eq(fc->ops->resolve_route(id, 1000), 0);
 	expect(fc, QSM_EV_ROUTE_RESOLVED, owner);
-	ck_assert_int_eq(fc->ops->create_qp(id, &qp_attr), 0);
+	ck_assert_int_eq(fc->ops->create_qp(id, caps), 0);
 	return id;
 }
 
-/* The passive id of the CONNECT_REQUEST the server fabric has next, adopted with a QP. */
-struct qsm_fid *take_request(void *listen_owner, void *owner)
+/* An active id with route and QP, ready to connect; src NULL lets the destination pick the device. */
+struct qsm_fid *active_ready(void *owner, const char *src, const char *dst, uint16_t port)
+{
+	return active_ready_caps(owner, src, dst, port, &qp_attr);
+}
+
+/* The passive id of the CONNECT_REQUEST the server fabric has next, adopted with a QP of @caps. */
+static struct qsm_fid *take_request_caps(void *listen_owner, void *owner, const struct qsm_fabric_qp_attr *caps)
 {
 	struct qsm_fid *p;
 
@@ -197,19 +205,32 @@ struct qsm_fid *take_request(void *listen_owner, void *owner)
 	ck_assert_ptr_eq(ev.listen_owner, listen_owner);
 	p = ev.id;
 	fs->ops->set_owner(p, owner);
-	ck_assert_int_eq(fs->ops->create_qp(p, &qp_attr), 0);
+	ck_assert_int_eq(fs->ops->create_qp(p, caps), 0);
 	return p;
+}
+
+/* The passive id of the CONNECT_REQUEST the server fabric has next, adopted with a QP. */
+struct qsm_fid *take_request(void *listen_owner, void *owner)
+{
+	return take_request_caps(listen_owner, owner, &qp_attr);
+}
+
+/* Client (A_IP, fabric fc, owner CLI) connected to server (B_IP:PORT, fabric fs, owner SRV), both
+ * QPs of @caps. */
+static void connect_pair_caps(struct qsm_fid **a, struct qsm_fid **p, const struct qsm_fabric_qp_attr *caps)
+{
+	*a = active_ready_caps(&CLI, A_IP, B_IP, PORT, caps);
+	ck_assert_int_eq(fc->ops->connect(*a, NULL, 0), 0);
+	*p = take_request_caps(&LIS, &SRV, caps);
+	ck_assert_int_eq(fs->ops->accept(*p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, &CLI);
+	expect(fs, QSM_EV_ESTABLISHED, &SRV);
 }
 
 /* Client (A_IP, fabric fc, owner CLI) connected to server (B_IP:PORT, fabric fs, owner SRV). */
 void connect_pair(struct qsm_fid **a, struct qsm_fid **p)
 {
-	*a = active_ready(&CLI, A_IP, B_IP, PORT);
-	ck_assert_int_eq(fc->ops->connect(*a, NULL, 0), 0);
-	*p = take_request(&LIS, &SRV);
-	ck_assert_int_eq(fs->ops->accept(*p, NULL, 0), 0);
-	expect(fc, QSM_EV_ESTABLISHED, &CLI);
-	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	connect_pair_caps(a, p, &qp_attr);
 }
 
 void destroy_all(struct qsm_fabric *f, struct qsm_fid **ids, int n)
@@ -1113,6 +1134,89 @@ START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
 }
 END_TEST
 
+/*
+ * fabric.h: "Only the device may refuse part way: *posted says how many went".  What the
+ * fabric cannot check, the device does: a WR with more SGEs than the QP's max_send_sge (within
+ * QSM_FABRIC_MAX_SGE) passes rdmacm's checks, and rxe's provider (validate_send_wr: num_sge >
+ * sq->max_sge) refuses it with the WRs before it already on the send queue.  max_inline_data 0:
+ * rxe sizes a WQE for max(max_send_sge SGEs, max_inline_data bytes), so the QP's max_sge stays 1.
+ * Run only where the fixture says the device makes that refusal (not the sim: it refuses the
+ * whole list up front, and has no other refusal part way).
+ */
+START_TEST(test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_only_its_slots)
+{
+	static const struct qsm_fabric_qp_attr one_sge = { .max_send_wr = 8, .max_recv_wr = 8,
+							   .max_send_sge = 1, .max_recv_sge = 1 };
+	enum { N = 6, PREFIX = 3, DEPTH = 8 };
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[4 * N], dst[4 * N] = { 0 }, zero[4 * N] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge s[N], two[2], s0;
+	struct qsm_fabric_wr wrs[DEPTH + 1];
+	int posted = -1, r;
+
+	connect_pair_caps(&a, &p, &one_sge);
+	fill(src, sizeof(src), 5);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+	/* WR i writes src[4i..4i+4) to dst[4i..4i+4): what landed tells which WRs ran. */
+	for (int i = 0; i < N; i++) {
+		s[i] = sge(&rs, 4 * (size_t)i, 4);
+		wrs[i] = write_wr(1 + (uint64_t)i, &s[i], &rd, QSM_POST_SIGNALED);
+		wrs[i].remote_addr += 4 * (uint64_t)i;
+	}
+	wrs[1].flags = 0;   /* unsignaled in the prefix: its slot comes back with WR 3's completion */
+	/* WR 4 (index PREFIX): the same 4 bytes in two SGEs, one more than the QP takes */
+	two[0] = sge(&rs, 4 * PREFIX, 2);
+	two[1] = sge(&rs, 4 * PREFIX + 2, 2);
+	wrs[PREFIX].sg_list = two;
+	wrs[PREFIX].num_sge = 2;
+
+	r = fc->ops->post_send(a, wrs, N, &posted);
+	ck_assert_msg(r < 0, "a list refused part way returned %d", r);
+	ck_assert_int_eq(posted, PREFIX);
+	/* A refused post leaves the QP as it was. */
+	expect_qp(fc, &CLI, QSM_QP_RTS);
+	/* Only the prefix's slots are held (no completion taken yet): DEPTH - PREFIX more fit,
+	 * one more does not. */
+	s0 = sge(&rs, 0, 4);
+	for (int i = 0; i <= DEPTH; i++)
+		wrs[i] = write_wr(100 + (uint64_t)i, &s0, &rd, QSM_POST_SIGNALED);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, DEPTH - PREFIX + 1, &posted), -ENOBUFS);
+	ck_assert_int_eq(posted, 0);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, DEPTH - PREFIX, &posted), 0);
+	ck_assert_int_eq(posted, DEPTH - PREFIX);
+	/* Exactly the prefix's signaled WRs complete, then the later list's; the refused WR and
+	 * those behind it never do. */
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_wc(fc, &CLI, 3, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	for (int i = 0; i < DEPTH - PREFIX; i++)
+		expect_wc(fc, &CLI, 100 + (uint64_t)i, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fc);
+	expect_none(fs);
+	/* (the later list wrote src[0..4) over dst[0..4), as WR 1 had) */
+	expect_bytes(dst, src, 4 * PREFIX);
+	expect_bytes(dst + 4 * PREFIX, zero, 4 * (N - PREFIX));
+
+	/* Every slot is free again: a full-depth list goes, one WR more does not. */
+	for (int i = 0; i <= DEPTH; i++)
+		wrs[i] = write_wr(200 + (uint64_t)i, &s0, &rd, QSM_POST_SIGNALED);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, DEPTH + 1, &posted), -ENOBUFS);
+	ck_assert_int_eq(posted, 0);
+	ck_assert_int_eq(fc->ops->post_send(a, wrs, DEPTH, &posted), 0);
+	ck_assert_int_eq(posted, DEPTH);
+	for (int i = 0; i < DEPTH; i++)
+		expect_wc(fc, &CLI, 200 + (uint64_t)i, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_none(fc);
+	expect_bytes(dst + 4 * PREFIX, zero, 4 * (N - PREFIX));
+
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
@@ -1386,7 +1490,10 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
 	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
 	tcase_add_test(tc, test_completions_come_in_batches_of_at_most_max_in_post_order_and_drained_comes_alone);
-	return 28;
+	if (!contract_fx->device_refuses_part_way)
+		return 29;
+	tcase_add_test(tc, test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_only_its_slots);
+	return 30;
 }
 
 int contract_main(const struct contract_fixture *const *fxs, int n, void (*extra)(TCase *tc))
