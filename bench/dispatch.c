@@ -407,8 +407,8 @@ int main(int argc, char **argv)
 		printf("ratio dispatch_%s qsm/bare_switch %.2f\n", size_names[i], ratio[i][2]);
 	/* The runtime's share (qsm B/q above: malloc'd per qsm_conn_new, the class's table spread
 	 * over the queues) and the rdmacm fabric's for a QP of the caps the runtime asked for
-	 * (qsm_rc_qp_bytes: the id, its QP-table entry, the rings rounded up to a power of two,
-	 * the send lists of max_send_wr + 1 WRs; what librdmacm, the provider and the kernel
+	 * (qsm_rc_qp_bytes: the id, its QP-table entry, the rings rounded up to a power of two;
+	 * the list of WRs a post builds is the fabric's, one for all QPs; what librdmacm, the provider and the kernel
 	 * hold is not counted). */
 	for (size_t i = 0; i < NSIZES; i++)
 		printf("bytes_per_queue %s runtime %.0f fabric %zu (rdmacm, QP of %u/%u WRs)\n",

@@ -37,7 +37,7 @@ static void rc_destroy(struct qsm_fabric *base)
 		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready)\n",
 			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits);
 	if (getenv("QSM_RDMACM_STATS"))
-		fprintf(stderr, "qsm rdmacm: bytes per QP %llu (ours: id, rings, send lists; the average of %llu "
+		fprintf(stderr, "qsm rdmacm: bytes per QP %llu (ours: id, table entry, rings; the average of %llu "
 			"QPs created; not the provider's or the kernel's)\n",
 			(unsigned long long)(f->qps_created ? f->qp_bytes / f->qps_created : 0),
 			(unsigned long long)f->qps_created);
@@ -56,6 +56,7 @@ static void rc_destroy(struct qsm_fabric *base)
 	}
 	qsm_pending_fini(&f->pq);
 	free(f->qpt);
+	qsm_rc_send_lists_free(f);
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
 	close(f->tfd);

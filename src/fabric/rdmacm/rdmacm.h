@@ -118,8 +118,6 @@ struct qsm_fid {
 	struct rc_wq wq[2];              /* WQ_SEND and WQ_RECV */
 	struct qsm_list late;            /* struct rc_late of both, in post order */
 	uint32_t inline_cap;             /* the ULP's max_inline_data (the provider may give more) */
-	struct ibv_send_wr *swr;         /* wq[WQ_SEND].cap of them: a list's one doorbell, */
-	struct ibv_sge *ssge;            /* with QSM_FABRIC_MAX_SGE SGEs each, no allocation per post */
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
 };
@@ -133,6 +131,12 @@ struct rc_fabric {
 	/* QPs with flushes of ours to hand out (and maybe DRAINED after them), made in this
 	 * fabric's thread only: no lock, nothing allocated (they come from the QPs' rings). */
 	struct qsm_list lq;
+	/* A list's WRs for its one doorbell, with QSM_FABRIC_MAX_SGE SGEs each: built here, where no
+	 * post allocates, for the longest send queue of the fabric's QPs (posts are never
+	 * concurrent: one fabric, one thread), so a QP carries none of its own. */
+	struct ibv_send_wr *swr;
+	struct ibv_sge *ssge;
+	uint32_t swr_cap;
 	/* QP table: a completion's QP from the slot and generation in its wr_id's tag, O(1) */
 	struct rc_qpt *qpt;
 	uint32_t qpt_len, qpt_cap, qpt_free;
@@ -255,7 +259,7 @@ void qsm_rc_device_put(struct qsm_fdev *d);
 const char *qsm_rc_device_name(struct qsm_fdev *d);
 int qsm_rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss);
 
-/* ---- verbs.c: QPs, MRs, posts, completions, the drain marker, flushes ---- */
+/* ---- verbs.c: QPs, posts, completions, the drain marker, flushes; mr.c: MRs ---- */
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
 void qsm_rc_destroy_qp(struct qsm_fid *id);
@@ -274,8 +278,10 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
 /* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);
  * -EAGAIN when lq is empty. */
 int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max);
-/* Bytes the fabric holds for one QP of these caps (the id, its rings, its send lists). */
+/* Bytes the fabric holds for one QP of these caps (the id, its table entry, its rings). */
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
+/* The fabric's list of WRs for posts, freed with the fabric. */
+void qsm_rc_send_lists_free(struct rc_fabric *f);
 
 /* ---- ids.c: rdma_cm ids and the CM channel ---- */
 

@@ -1,4 +1,4 @@
-/* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, MRs, posts into
+/* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, posts into
  * per-QP rings, completions polled in batches straight to the caller (wr_id -> WR in O(1)), the
  * drain marker, and the flushes the provider does not make. */
 #include <stdlib.h>
@@ -19,12 +19,6 @@
 #define TAG_GEN_MASK 0x3ffu
 #define QPT_MAX (1u << TAG_SLOT_BITS)
 #define QPT_NONE UINT32_MAX
-
-/* A registered memory region: holds its device's resources (PD) like a device_get(). */
-struct qsm_fmr {
-	struct ibv_mr *mr;
-	struct qsm_fdev *dev;
-};
 
 /* A WR posted once the QP was known to be in ERR: flushed by us, behind the ring. */
 struct rc_late {
@@ -391,16 +385,39 @@ static int wq_init(struct rc_wq *w, uint32_t cap)
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr)
 {
 	return sizeof(struct qsm_fid) + sizeof(struct rc_qpt) +
-	       (ring_size(max_send_wr) + ring_size(max_recv_wr)) * sizeof(struct rc_slot) +
-	       (max_send_wr + 1) * (sizeof(struct ibv_send_wr) + QSM_FABRIC_MAX_SGE * sizeof(struct ibv_sge));
+	       (ring_size(max_send_wr) + ring_size(max_recv_wr)) * sizeof(struct rc_slot);
 }
 
-static void send_lists_free(struct qsm_fid *id)
+/* The fabric's list of WRs long enough for a send queue of `cap` (0, or -ENOMEM). */
+static int send_lists_reserve(struct rc_fabric *f, uint32_t cap)
 {
-	free(id->swr);
-	free(id->ssge);
-	id->swr = NULL;
-	id->ssge = NULL;
+	struct ibv_send_wr *swr;
+	struct ibv_sge *ssge;
+
+	if (cap <= f->swr_cap)
+		return 0;
+	swr = calloc(cap, sizeof(*swr));
+	ssge = calloc((size_t)cap * QSM_FABRIC_MAX_SGE, sizeof(*ssge));
+	if (!swr || !ssge) {
+		free(swr);
+		free(ssge);
+		return -ENOMEM;
+	}
+	free(f->swr);
+	free(f->ssge);
+	f->swr = swr;
+	f->ssge = ssge;
+	f->swr_cap = cap;
+	return 0;
+}
+
+void qsm_rc_send_lists_free(struct rc_fabric *f)
+{
+	free(f->swr);
+	free(f->ssge);
+	f->swr = NULL;
+	f->ssge = NULL;
+	f->swr_cap = 0;
 }
 
 /* What the QP had of ours: rings, late WRs (no completion for them: the contract), lq. */
@@ -415,7 +432,6 @@ static void qp_state_free(struct qsm_fid *id)
 	wq_fini(&id->wq[WQ_SEND]);
 	wq_fini(&id->wq[WQ_RECV]);
 	lq_del(id);
-	send_lists_free(id);
 	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = false;
 }
 
@@ -439,12 +455,10 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	r = qsm_rc_dev_get_resources(d, id->cm);
 	if (r < 0)
 		return r;
-	/* A list's WRs, built where no post allocates; at least one, for a cap of 0.  The
-	 * rings: every WR's record, so that no post or completion allocates. */
-	id->swr = calloc(a->max_send_wr + 1, sizeof(*id->swr));
-	id->ssge = calloc((size_t)(a->max_send_wr + 1) * QSM_FABRIC_MAX_SGE, sizeof(*id->ssge));
-	if (!id->swr || !id->ssge || wq_init(&id->wq[WQ_SEND], a->max_send_wr) < 0 ||
-	    wq_init(&id->wq[WQ_RECV], a->max_recv_wr) < 0) {
+	/* The rings: every WR's record, so that no post or completion allocates; the fabric's
+	 * list of WRs long enough for this send queue (at least one, for a cap of 0). */
+	if (send_lists_reserve(id->fab, a->max_send_wr + 1) < 0 ||
+	    wq_init(&id->wq[WQ_SEND], a->max_send_wr) < 0 || wq_init(&id->wq[WQ_RECV], a->max_recv_wr) < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -537,61 +551,6 @@ int qsm_rc_drain(struct qsm_fid *id)
 	return 0;
 }
 
-int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
-		  uint32_t *lkey, uint32_t *rkey)
-{
-	struct qsm_fmr *m;
-	int ibv_access = 0, r;
-
-	if (!d || !addr || !len || !ret || !lkey || !rkey ||
-	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)))
-		return -EINVAL;
-	if (!d->present)
-		return -ENODEV;
-	if (access & QSM_ACCESS_LOCAL_WRITE)
-		ibv_access |= IBV_ACCESS_LOCAL_WRITE;
-	if (access & QSM_ACCESS_REMOTE_WRITE)
-		ibv_access |= IBV_ACCESS_REMOTE_WRITE;
-	if (access & QSM_ACCESS_REMOTE_READ)
-		ibv_access |= IBV_ACCESS_REMOTE_READ;
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	/* the PD: created with the first QP or MR on the device */
-	r = qsm_rc_dev_get_resources(d, NULL);
-	if (r < 0) {
-		free(m);
-		return r;
-	}
-	errno = 0;
-	m->mr = ibv_reg_mr(d->pd, addr, len, ibv_access);
-	if (!m->mr) {
-		r = errno_or(ENOMEM);
-		free(m);
-		qsm_rc_dev_settle(d);
-		return r;
-	}
-	m->dev = d;
-	d->nmrs++;
-	*lkey = m->mr->lkey;
-	*rkey = m->mr->rkey;
-	*ret = m;
-	return 0;
-}
-
-void qsm_rc_dereg_mr(struct qsm_fmr *m)
-{
-	struct qsm_fdev *d;
-
-	if (!m)
-		return;
-	d = m->dev;
-	ibv_dereg_mr(m->mr);
-	free(m);
-	d->nmrs--;
-	qsm_rc_dev_settle(d);
-}
-
 static int sges_ok(const struct qsm_fabric_sge *sg, int n)
 {
 	return n >= 0 && n <= QSM_FABRIC_MAX_SGE && (!n || sg);
@@ -638,13 +597,13 @@ static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 
 static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, uint32_t seq, bool last)
 {
-	struct ibv_send_wr *s = &id->swr[i];
-	struct ibv_sge *sge = &id->ssge[(size_t)i * QSM_FABRIC_MAX_SGE];
+	struct ibv_send_wr *s = &id->fab->swr[i];
+	struct ibv_sge *sge = &id->fab->ssge[(size_t)i * QSM_FABRIC_MAX_SGE];
 
 	memset(s, 0, sizeof(*s));
 	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
 	s->wr_id = id->qp_key | seq;
-	s->next = last ? NULL : &id->swr[i + 1];
+	s->next = last ? NULL : &id->fab->swr[i + 1];
 	s->sg_list = wr->num_sge ? sge : NULL;
 	s->num_sge = wr->num_sge;
 	s->opcode = (enum ibv_wr_opcode)send_opcode(wr->opcode);
@@ -743,8 +702,8 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 		s->signaled = wr[k].flags & QSM_POST_SIGNALED;
 		swr_fill(id, k, &wr[k], w->tail + (uint32_t)k, k == n - 1);
 	}
-	ret = ibv_post_send(id->cm->qp, id->swr, &bad);
-	k = ret ? (int)(bad - id->swr) : n;
+	ret = ibv_post_send(id->cm->qp, id->fab->swr, &bad);
+	k = ret ? (int)(bad - id->fab->swr) : n;
 	if (ret && (k < 0 || k > n))
 		k = 0;
 	w->tail += (uint32_t)k;
