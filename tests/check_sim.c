@@ -57,6 +57,7 @@ static void sim_check_clean(void)
 	ck_assert_uint_eq(st.qps, 0);
 	ck_assert_uint_eq(st.device_refs, 0);
 	ck_assert_uint_eq(st.mrs, 0);
+	ck_assert_uint_eq(st.srqs, 0);
 	ck_assert_uint_eq(st.events_pending, 0);
 	ck_assert_uint_eq(st.ids_leaked, 0);
 }
@@ -64,7 +65,7 @@ static void sim_check_clean(void)
 /* Two devices, one per side: what the sim-only cases below use too. */
 static const struct contract_fixture sim_two_devices = {
 	.name = "sim, two devices", .cli_ip = "10.0.0.1", .srv_ip = "10.0.0.2",
-	.cli_dev = "mlx5_0", .srv_dev = "mlx5_1", .port = 4420, .fd_exact = true, .case_timeout_s = 10,
+	.cli_dev = "mlx5_0", .srv_dev = "mlx5_1", .port = 4420, .fd_exact = true, .last_wqe = true, .case_timeout_s = 10,
 	.setup = sim_setup, .teardown = sim_teardown, .qp_state = sim_qp_state,
 	.check_clean = sim_check_clean, .check_no_pending = sim_check_no_pending,
 };
@@ -72,7 +73,7 @@ static const struct contract_fixture sim_two_devices = {
 /* One device serving both sides, as in the VM (rxe0 on 192.0.2.1). */
 static const struct contract_fixture sim_one_device = {
 	.name = "sim, one device", .cli_ip = "192.0.2.1", .srv_ip = "192.0.2.1",
-	.cli_dev = "rxe0", .srv_dev = "rxe0", .port = 7479, .fd_exact = true, .case_timeout_s = 10,
+	.cli_dev = "rxe0", .srv_dev = "rxe0", .port = 7479, .fd_exact = true, .last_wqe = true, .case_timeout_s = 10,
 	.setup = sim_setup, .teardown = sim_teardown, .qp_state = sim_qp_state,
 	.check_clean = sim_check_clean, .check_no_pending = sim_check_no_pending,
 };

@@ -19,7 +19,7 @@ const struct contract_fixture *contract_fx;
 struct qsm_fabric *fc, *fs;
 struct qsm_fabric_event ev;
 struct qsm_fabric_cqe cqe;
-char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;
+char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT, SRQ;
 
 const struct qsm_fabric_qp_attr qp_attr = {
 	.max_send_wr = 16, .max_recv_wr = 16,
@@ -1399,6 +1399,159 @@ START_TEST(test_completions_come_in_batches_of_at_most_max_in_post_order_and_dra
 }
 END_TEST
 
+/* ---- shared receive queues ---- */
+
+/* A client of @owner connected to the server's listener, the server's QP (owner @sowner) on @srq,
+ * which is created on the request's device first if *srq is NULL. */
+static void connect_on_srq(void *owner, void *sowner, struct qsm_fsrq **srq, struct qsm_fid **a,
+			   struct qsm_fid **p)
+{
+	struct qsm_fabric_qp_attr attr = qp_attr;
+
+	*a = active_ready(owner, A_IP, B_IP, PORT);
+	ck_assert_int_eq(fc->ops->connect(*a, NULL, 0), 0);
+	expect(fs, QSM_EV_CONNECT_REQUEST, NULL);
+	*p = ev.id;
+	fs->ops->set_owner(*p, sowner);
+	if (!*srq)
+		ck_assert_int_eq(fs->ops->create_srq(fs, fs->ops->id_device(*p), &SRQ,
+						     &(struct qsm_fabric_srq_attr){ .max_wr = 4, .max_sge = 1 },
+						     srq), 0);
+	attr.srq = *srq;
+	ck_assert_int_eq(fs->ops->create_qp(*p, &attr), 0);
+	ck_assert_int_eq(fs->ops->accept(*p, NULL, 0), 0);
+	expect(fc, QSM_EV_ESTABLISHED, owner);
+	expect(fs, QSM_EV_ESTABLISHED, sowner);
+}
+
+/* One receive of 8 bytes at dst + off to the SRQ. */
+static int srq_recv(struct qsm_fsrq *srq, uint64_t wr_id, const struct region *rd, size_t off)
+{
+	struct qsm_fabric_sge one = sge(rd, off, 8);
+
+	return fs->ops->post_srq_recv(srq, wr_id, &one, 1);
+}
+
+/* The send of @a lands in the SRQ's next receive, @wr_id, completed on the server's QP of @sowner. */
+static void send_lands(struct qsm_fid *a, void *owner, struct region *rs, uint64_t wr_id, void *sowner,
+		       uint32_t len)
+{
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(rs, 0, len)), 0);
+	ck_assert_uint_eq(expect_wc(fs, sowner, wr_id, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, len);
+	expect_wc(fc, owner, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+}
+
+START_TEST(test_srq_receives_go_in_post_order_to_whichever_qp_a_send_lands_on_and_stay_when_one_errs)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a1, *p1, *a2, *p2;
+	struct qsm_fsrq *srq = NULL;
+	uint8_t src[16], dst[8 * 8] = { 0 };
+	struct region rs1, rs2, rd;
+	bool last_wqe = false;
+
+	connect_on_srq(&CLI, &SRV, &srq, &a1, &p1);
+	connect_on_srq(&CLI2, &SRV2, &srq, &a2, &p2);
+	fill(src, sizeof(src), 7);
+	rs1 = reg(fc, a1, src, sizeof(src), 0);
+	rs2 = reg(fc, a2, src, sizeof(src), 0);
+	rd = reg(fs, p1, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	/* a QP on an SRQ takes no receive of its own */
+	ck_assert_int_eq(post_recv1(fs, p1, 99, sge(&rd, 0, 8)), -EINVAL);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(srq_recv(srq, 100 + i, &rd, 8 * i), 0);
+	/* in post order, to whichever QP the send lands on */
+	send_lands(a2, &CLI2, &rs2, 100, &SRV2, 5);
+	send_lands(a1, &CLI, &rs1, 101, &SRV, 6);
+	send_lands(a2, &CLI2, &rs2, 102, &SRV2, 7);
+	expect_bytes(dst, src, 5);
+	expect_bytes(dst + 8, src, 6);
+	expect_bytes(dst + 16, src, 7);
+	/* max_wr receives held at most (their completions are taken: 4 free) */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(srq_recv(srq, 200 + i, &rd, 8 * i), 0);
+	ck_assert_int_eq(srq_recv(srq, 204, &rd, 0), -ENOBUFS);
+	/* p1 errs: none of the SRQ's receives flushes (they are the SRQ's), LAST_WQE may say so */
+	ck_assert_int_eq(fs->ops->drain(p1), 0);
+	for (;;) {
+		int r = next_event(fs, contract_fx->event_wait_ms);
+
+		ck_assert_int_eq(r, 0);
+		ck_assert_ptr_eq(ev.owner, &SRV);
+		if (ev.event == QSM_EV_LAST_WQE && !last_wqe) {
+			last_wqe = true;
+			continue;
+		}
+		ck_assert_int_eq(ev.event, QSM_EV_DRAINED);
+		break;
+	}
+	if (contract_fx->last_wqe && !last_wqe) {
+		expect(fs, QSM_EV_LAST_WQE, &SRV);
+		last_wqe = true;
+	}
+	ck_assert(last_wqe || !contract_fx->last_wqe);
+	expect_none(fs);
+	/* still there for p2 */
+	send_lands(a2, &CLI2, &rs2, 200, &SRV2, 3);
+	ck_assert_int_eq(srq_recv(srq, 204, &rd, 0), 0);
+
+	/* the QPs first, then the SRQ: its 4 receives go with it, with no completion */
+	destroy_all(fs, (struct qsm_fid *[]){ p1, p2 }, 2);
+	fs->ops->destroy_srq(srq);
+	fc->ops->dereg_mr(rs1.mr);
+	fc->ops->dereg_mr(rs2.mr);
+	fs->ops->dereg_mr(rd.mr);
+	destroy_all(fc, (struct qsm_fid *[]){ a1, a2 }, 2);
+	fs->ops->destroy_id(l);
+	expect_none(fs);
+	expect_none(fc);
+	assert_clean();
+}
+END_TEST
+
+START_TEST(test_srq_limit_fires_once_below_the_limit_then_is_disarmed)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	struct qsm_fsrq *srq = NULL;
+	uint8_t src[8] = { 1 }, dst[4 * 8] = { 0 };
+	struct region rs, rd;
+
+	connect_on_srq(&CLI, &SRV, &srq, &a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(srq_recv(srq, 100 + i, &rd, 8 * i), 0);
+	ck_assert_int_eq(fs->ops->arm_srq(srq, 5), -EINVAL);   /* beyond max_wr */
+	ck_assert_int_eq(fs->ops->arm_srq(srq, 3), 0);
+	send_lands(a, &CLI, &rs, 100, &SRV, 4);   /* 3 left: not below 3 */
+	expect_none(fs);
+	ck_assert_int_eq(post_send1(fc, a, 1, sge(&rs, 0, 4)), 0);   /* 2 left: below */
+	for (int got = 0; got < 2; got++) {
+		ck_assert_int_eq(next_event(fs, contract_fx->event_wait_ms), 0);
+		if (ev.event == QSM_EV_SRQ_LIMIT) {
+			ck_assert_ptr_eq(ev.owner, &SRQ);
+			ck_assert_ptr_eq(ev.srq, srq);
+			ck_assert_ptr_null(ev.id);
+		} else {
+			ck_assert_int_eq(ev.event, QSM_EV_COMPLETION);
+			ck_assert_uint_eq(cqe.wc.wr_id, 101);
+		}
+	}
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
+	send_lands(a, &CLI, &rs, 102, &SRV, 4);   /* disarmed: no second event */
+	expect_none(fs);
+
+	fs->ops->destroy_id(p);
+	fs->ops->destroy_srq(srq);
+	fc->ops->dereg_mr(rs.mr);
+	fs->ops->dereg_mr(rd.mr);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	expect_none(fs);
+	expect_none(fc);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_loopback_send_between_ids_of_one_fabric)
 {
 	struct qsm_fid *l = listener_on(fc, &LIS, B_IP, PORT), *a, *p;
@@ -1490,6 +1643,8 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
 	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
 	tcase_add_test(tc, test_completions_come_in_batches_of_at_most_max_in_post_order_and_drained_comes_alone);
+	tcase_add_test(tc, test_srq_receives_go_in_post_order_to_whichever_qp_a_send_lands_on_and_stay_when_one_errs);
+	tcase_add_test(tc, test_srq_limit_fires_once_below_the_limit_then_is_disarmed);
 	if (!contract_fx->device_refuses_part_way)
 		return 29;
 	tcase_add_test(tc, test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_only_its_slots);

@@ -32,6 +32,9 @@ struct contract_fixture {
 	 * fabric checks it with the whole list (the sim: -EINVAL, none posted), and no part-way
 	 * refusal can be made: the case that pins one is not run. */
 	bool device_refuses_part_way;
+	/* A QP on an SRQ that enters ERR reports LAST_WQE (the sim, always); false: it may or may
+	 * not (rxe), and the cases accept either. */
+	bool last_wqe;
 	int case_timeout_s;              /* Check's per-case limit */
 	void (*setup)(struct qsm_fabric **fc, struct qsm_fabric **fs);
 	void (*teardown)(void);          /* after both fabrics are destroyed */
@@ -48,7 +51,7 @@ extern const struct contract_fixture *contract_fx;
 extern struct qsm_fabric *fc, *fs;
 extern struct qsm_fabric_event ev;
 extern struct qsm_fabric_cqe cqe;   /* the last completion (ev.event QSM_EV_COMPLETION) */
-extern char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT;   /* owners: distinct addresses are all a fabric needs */
+extern char CLI, CLI2, SRV, SRV2, LIS, LIS2, SENT, SRQ;   /* owners: distinct addresses are all a fabric needs */
 extern const struct qsm_fabric_qp_attr qp_attr;
 
 #define A_IP (contract_fx->cli_ip)

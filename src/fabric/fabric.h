@@ -54,6 +54,7 @@ struct qsm_fabric;
 struct qsm_fid;          /* an rdma_cm_id */
 struct qsm_fdev;         /* an RDMA device (ibv_context) */
 struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
+struct qsm_fsrq;         /* a shared receive queue on a device (ibv_srq) */
 
 /*
  * Data path (the same contract: calls never call back, results come from get_event()):
@@ -89,6 +90,27 @@ struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
  *   none (a DISCONNECTED may come before completions that happened earlier).
  * - A peer's disconnect does not move our QP to ERR (the kernel leaves user QPs alone):
  *   posts between DISCONNECTED and the drain go to the device, which flushes them.
+ */
+
+/*
+ * Shared receive queues (SRQ), the same contract:
+ * - create_srq() makes one on a device, with an owner for its events; it keeps the device's
+ *   resources alive like an MR.  destroy_srq() needs every QP on it destroyed first; receives
+ *   still posted are discarded without completions, as a destroyed QP's are.
+ * - post_srq_recv() posts a receive; a receive holds a slot of max_wr from its post until its
+ *   completion is taken (more: -ENOBUFS).  What is wrong with it (SGEs) is -EINVAL.
+ * - A QP created with attr->srq takes its receives from the SRQ (max_recv_wr and max_recv_sge
+ *   are not used; post_recv() on it is -EINVAL).  A receive one of its QPs takes completes on
+ *   that QP, as one of its own would (owner the QP id's owner), in the order that QP took them.
+ *   A QP in ERR flushes no receive of the SRQ: they stay there for the other QPs.
+ * - QSM_EV_LAST_WQE (owner the QP id's owner) says a QP on an SRQ that is in ERR will take no
+ *   more receives from it (IBV_EVENT_QP_LAST_WQE_REACHED).  The sim reports it when the QP
+ *   enters ERR; rdmacm passes on what the device reports (soft-RoCE may never), so the drain
+ *   of such a QP is bounded by a timeout above, not by this event.
+ * - arm_srq(limit) asks for one QSM_EV_SRQ_LIMIT (owner the SRQ's owner, id NULL) once fewer
+ *   than `limit` receives are posted; it is then disarmed (IBV_EVENT_SRQ_LIMIT_REACHED).
+ *   limit 0 disarms it.
+ * - Drain of a QP on an SRQ: DRAINED when the marker posted to its send queue flushes.
  */
 
 /*
@@ -139,6 +161,7 @@ struct qsm_fabric_event {
 	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */
 	void *listen_owner;       /* CONNECT_REQUEST: owner of the listening id */
 	struct qsm_fdev *device;  /* DEVICE_ADDED / DEVICE_REMOVAL: the device */
+	struct qsm_fsrq *srq;     /* SRQ_LIMIT: the SRQ */
 	size_t private_data_len;
 	uint8_t private_data[QSM_FABRIC_PDATA_MAX];
 };
@@ -161,6 +184,13 @@ struct qsm_fabric_qp_attr {
 	uint32_t max_send_sge;
 	uint32_t max_recv_sge;
 	uint32_t max_inline_data;
+	struct qsm_fsrq *srq;     /* receives from this SRQ (on the id's device), or NULL */
+};
+
+/* What the runtime asks for when it creates an SRQ. */
+struct qsm_fabric_srq_attr {
+	uint32_t max_wr;
+	uint32_t max_sge;
 };
 
 struct qsm_fabric_ops {
@@ -208,6 +238,14 @@ struct qsm_fabric_ops {
 	int (*post_send)(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 	int (*post_recv)(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 			 int num_sge);
+
+	/* ---- SRQ (see its contract above) ---- */
+	int (*create_srq)(struct qsm_fabric *f, struct qsm_fdev *d, void *owner,
+			  const struct qsm_fabric_srq_attr *attr, struct qsm_fsrq **ret);
+	void (*destroy_srq)(struct qsm_fsrq *s);
+	int (*post_srq_recv)(struct qsm_fsrq *s, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+			     int num_sge);
+	int (*arm_srq)(struct qsm_fsrq *s, uint32_t limit);
 };
 
 struct qsm_fabric {

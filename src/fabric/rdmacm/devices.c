@@ -181,12 +181,12 @@ struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err)
 	/* room as it is, else room once grown, else a new CQ: as the kernel's ib_cq_pool_get */
 	qsm_list_each(pos, tmp, &d->cqs) {
 		c = qsm_container_of(pos, struct rc_cq, node);
-		if (c->need + wrs <= c->cap)
+		if (!c->own && c->need + wrs <= c->cap)
 			goto found;
 	}
 	qsm_list_each(pos, tmp, &d->cqs) {
 		c = qsm_container_of(pos, struct rc_cq, node);
-		if (c->need + wrs <= d->max_cqe && cq_grow(d, c, c->need + wrs))
+		if (!c->own && c->need + wrs <= d->max_cqe && cq_grow(d, c, c->need + wrs))
 			goto found;
 	}
 	c = cq_new(d, wrs > CQ_INITIAL ? wrs : CQ_INITIAL < d->max_cqe ? CQ_INITIAL : d->max_cqe, err);
@@ -201,6 +201,25 @@ found:
 	c->need += wrs;
 	c->nqps++;
 	return c;
+}
+
+struct rc_cq *qsm_rc_cq_own(struct qsm_fdev *d, int entries, int *err)
+{
+	struct rc_cq *c;
+
+	if (entries > d->max_cqe) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	c = cq_new(d, entries, err);
+	if (c)
+		c->own = true;
+	return c;
+}
+
+void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c)
+{
+	cq_free(d, c);
 }
 
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
@@ -289,9 +308,9 @@ static void dev_release_resources(struct qsm_fdev *d)
 
 void qsm_rc_dev_settle(struct qsm_fdev *d)
 {
-	if (!d->gets && !d->nqps && !d->nmrs)
+	if (!d->gets && !d->nqps && !d->nmrs && !d->nsrqs)
 		dev_release_resources(d);
-	if (d->present || d->gets || d->nqps || d->nmrs || d->nids)
+	if (d->present || d->gets || d->nqps || d->nmrs || d->nsrqs || d->nids)
 		return;
 	qsm_pending_drop(&d->fab->pq, NULL, d);
 	qsm_list_del(&d->node);
@@ -370,6 +389,21 @@ static void route_qp_fatal(struct ibv_qp *qp)
 		pending_push(id->fab, QSM_EV_QP_FATAL, -EIO, id, NULL, false);
 }
 
+/* SRQ_LIMIT for the SRQ's owner; from whichever fabric read the async event. */
+static void srq_limit(struct qsm_fsrq *s)
+{
+	(void)qsm_pending_push_srq(&s->fab->pq, s, s->owner);
+}
+
+/* LAST_WQE for an id on an SRQ; from whichever fabric read the async event. */
+static void route_last_wqe(struct ibv_qp *qp)
+{
+	struct qsm_fid *id = qp->qp_context;
+
+	if (id)
+		pending_push(id->fab, QSM_EV_LAST_WQE, 0, id, NULL, false);
+}
+
 /* Every fabric's device on the context: each expands it to its own QPs (in get_event). */
 static void push_device_fatal(struct qsm_list *vnode)
 {
@@ -395,6 +429,13 @@ void qsm_rc_harvest_async(struct rc_fabric *f)
 			case IBV_EVENT_QP_ACCESS_ERR:
 				route_qp_fatal(ae.element.qp);
 				break;
+			case IBV_EVENT_QP_LAST_WQE_REACHED:
+				route_last_wqe(ae.element.qp);
+				break;
+			case IBV_EVENT_SRQ_LIMIT_REACHED:
+				srq_limit(ae.element.srq->srq_context);
+				break;
+			case IBV_EVENT_SRQ_ERR:   /* its QPs lose their receives: as fatal as a CQ's */
 			case IBV_EVENT_CQ_ERR:
 			case IBV_EVENT_DEVICE_FATAL:
 				/* a CQ of the pool that overflowed: its QPs' completions are

@@ -55,7 +55,9 @@ static void rc_destroy(struct qsm_fabric *base)
 		qsm_rc_dev_settle(d);
 	}
 	qsm_pending_fini(&f->pq);
-	free(f->qpt);
+	qsm_rc_table_fini(&f->qpt);
+	qsm_rc_table_fini(&f->srqt);
+	qsm_rc_qpn_fini(&f->qpn);
 	qsm_rc_send_lists_free(f);
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
@@ -142,8 +144,9 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		ev->event = p->event;
 		ev->status = p->status;
 		ev->id = p->id;
-		ev->owner = p->id ? p->id->owner : NULL;
+		ev->owner = p->id ? p->id->owner : p->srq_owner;
 		ev->device = p->id ? p->id->dev : p->dev;
+		ev->srq = p->srq;
 		qsm_pending_release(p);
 		return 0;
 	}
@@ -251,6 +254,10 @@ static const struct qsm_fabric_ops rc_ops = {
 	.dereg_mr = qsm_rc_dereg_mr,
 	.post_send = qsm_rc_post_send,
 	.post_recv = qsm_rc_post_recv,
+	.create_srq = qsm_rc_create_srq,
+	.destroy_srq = qsm_rc_destroy_srq,
+	.post_srq_recv = qsm_rc_post_srq_recv,
+	.arm_srq = qsm_rc_arm_srq,
 };
 
 int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
@@ -269,7 +276,8 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
 	qsm_list_init(&f->lq);
-	f->qpt_free = UINT32_MAX;
+	qsm_rc_table_init(&f->qpt);
+	qsm_rc_table_init(&f->srqt);
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {
 		r = errno_or(ENODEV);

@@ -89,6 +89,35 @@ int qsm_pending_push_event(struct qsm_pending_queue *q, int event, int status, s
 	return 0;
 }
 
+int qsm_pending_push_srq(struct qsm_pending_queue *q, struct qsm_fsrq *srq, void *owner)
+{
+	struct qsm_pending *p = qsm_pending_alloc(sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->event = QSM_EV_SRQ_LIMIT;
+	p->srq = srq;
+	p->srq_owner = owner;
+	push(q, p);
+	return 0;
+}
+
+void qsm_pending_drop_srq(struct qsm_pending_queue *q, const struct qsm_fsrq *srq)
+{
+	struct qsm_list *pos, *tmp;
+
+	pthread_mutex_lock(&q->lock);
+	qsm_list_each(pos, tmp, &q->list) {
+		struct qsm_pending *p = qsm_container_of(pos, struct qsm_pending, node);
+
+		if (p->srq == srq) {
+			qsm_list_del(&p->node);
+			qsm_pending_release(p);
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+}
+
 struct qsm_pending *qsm_pending_pop(struct qsm_pending_queue *q)
 {
 	struct qsm_pending *p = NULL;

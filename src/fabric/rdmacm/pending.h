@@ -26,6 +26,8 @@ struct qsm_pending {
 	int status;
 	struct qsm_fid *id;
 	struct qsm_fdev *dev;
+	struct qsm_fsrq *srq;            /* SRQ_LIMIT: the SRQ, and its owner */
+	void *srq_owner;
 	bool device_wide;                /* QP_FATAL for every QP of `dev`, expanded when taken */
 	struct qsm_fabric_wc wc;         /* QSM_EV_COMPLETION */
 };
@@ -53,6 +55,10 @@ void qsm_pending_complete(struct qsm_pending_queue *q, struct qsm_pending *rec, 
 /* Queue an event that is not a completion: 0, or -ENOMEM (the event is lost). */
 int qsm_pending_push_event(struct qsm_pending_queue *q, int event, int status, struct qsm_fid *id,
 			   struct qsm_fdev *dev, bool device_wide);
+/* SRQ_LIMIT of `srq` (for `owner`): 0, or -ENOMEM (the event is lost). */
+int qsm_pending_push_srq(struct qsm_pending_queue *q, struct qsm_fsrq *srq, void *owner);
+/* Release what is queued for `srq`. */
+void qsm_pending_drop_srq(struct qsm_pending_queue *q, const struct qsm_fsrq *srq);
 /* The oldest entry, or NULL; the caller releases it. */
 struct qsm_pending *qsm_pending_pop(struct qsm_pending_queue *q);
 void qsm_pending_release(struct qsm_pending *p);

@@ -23,10 +23,57 @@
 
 /* ---- objects ---- */
 
-struct rc_qpt {
-	struct qsm_fid *id;              /* NULL: free, next_free links it */
-	uint32_t gen;                    /* bumped when the slot is freed */
+struct rc_srq_slot {
+	uint64_t wr_id;                  /* the ULP's */
+	uint16_t gen;                    /* bumped as the slot is freed: a stale tag never matches */
+	bool used;
+};
+
+/* A shared receive queue (srq.c). */
+struct qsm_fsrq {
+	struct rc_fabric *fab;
+	struct qsm_fdev *dev;            /* counted in dev->nsrqs: it holds the device's PD */
+	void *owner;
+	uint64_t key;                    /* its slot in fab->srqt, as tags carry it */
+	struct ibv_srq *srq;
+	struct rc_cq *cq;                /* the receive CQ of its QPs: room for every receive */
+	struct rc_srq_slot *slot;
+	uint32_t *free;                  /* indices of free slots, a stack */
+	uint32_t cap, nfree;
+};
+
+
+/*
+ * A WR's wr_id given to verbs is a tag, never a pointer: bit 63 the drain marker, bit 62 a
+ * receive, bit 61 a receive of an SRQ; bits 32-60 the key of its QP or SRQ (its slot in the
+ * fabric's table, 20 bits, and the slot's generation, 9 bits); bits 0-31 the WR's seq in its
+ * work queue (an SRQ's: its slot and that slot's generation).  A completion left in a CQ by a
+ * destroyed QP, or for a WR whose flush we made already, is recognised and dropped.
+ */
+#define TAG_MARKER (1ull << 63)
+#define TAG_RECV (1ull << 62)
+#define TAG_SRQ (1ull << 61)
+#define TAG_KEY_SHIFT 32
+#define TAG_SLOT_BITS 20
+#define TAG_GEN_MASK 0x1ffu
+#define TAG_KEY_MASK ((TAG_GEN_MASK << TAG_SLOT_BITS) | ((1u << TAG_SLOT_BITS) - 1))
+
+/* Slots named by tags (table.c): a freed slot's generation moves on. */
+struct rc_tent {
+	void *obj;                       /* NULL: free, next_free links it */
+	uint32_t gen;
 	uint32_t next_free;
+};
+
+struct rc_table {
+	struct rc_tent *e;
+	uint32_t len, cap, free;
+};
+
+/* qp_num -> QP (table.c), for the receives of an SRQ, which name no QP in their tags. */
+struct rc_qpn {
+	struct qsm_fid **slot;
+	uint32_t cap, live;
 };
 
 struct vctx;                      /* a process-wide verbs context (pins.c) */
@@ -45,6 +92,7 @@ struct rc_cq {
 	bool hot;                        /* its last poll found completions: polled again at the
 	                                    next get_event, unarmed, until polls find none */
 	unsigned idle;                   /* polls in a row that found none, while hot */
+	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
 };
 
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold */
@@ -57,7 +105,7 @@ struct qsm_fdev {
 	char name[DEV_NAME_MAX];
 	struct ibv_context *verbs;       /* librdmacm's context, once an id showed it */
 	bool present;                    /* in the device list, as far as we know */
-	unsigned gets, nqps, nids, nmrs;
+	unsigned gets, nqps, nids, nmrs, nsrqs;
 	/* shared resources, while gets + nqps + nmrs > 0 and a QP or MR was created once */
 	struct vctx *vc;
 	struct qsm_list vnode;           /* linked to vc (qsm_rc_vctx_link) while the resources exist */
@@ -110,8 +158,9 @@ struct qsm_fid {
 	bool drained_due;                /* DRAINED follows those flushes */
 	bool on_lq;                      /* in rc_fabric.lq: flushes of ours to hand out */
 	struct qsm_list lq_node;
-	uint32_t qpt_slot;               /* in rc_fabric.qpt, named in its WRs' tags */
-	uint64_t qp_key;                 /* that slot and its generation, as tags carry them */
+	uint64_t qp_key;                 /* its slot in rc_fabric.qpt and its generation, as tags
+	                                    carry them */
+	struct qsm_fsrq *srq;            /* its receives come from this SRQ, or NULL */
 	uint32_t qp_num;
 	struct rc_cq *cq;                /* the pool's CQ it is on, while it has a QP */
 	int qp_wrs;                      /* CQ entries it reserved there */
@@ -137,9 +186,10 @@ struct rc_fabric {
 	struct ibv_send_wr *swr;
 	struct ibv_sge *ssge;
 	uint32_t swr_cap;
-	/* QP table: a completion's QP from the slot and generation in its wr_id's tag, O(1) */
-	struct rc_qpt *qpt;
-	uint32_t qpt_len, qpt_cap, qpt_free;
+	/* A completion's QP or SRQ from the key in its wr_id's tag, O(1); an SRQ receive's QP
+	 * from its qp_num. */
+	struct rc_table qpt, srqt;
+	struct rc_qpn qpn;
 	bool polled_once;
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
@@ -238,6 +288,9 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via);
  * there, grown if needed, else a new one; NULL and *err -ENOMEM when none can hold them (more
  * than max_cqe, or max_cq CQs with no room). */
 struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
+/* A CQ of the device that is not the pool's (an SRQ's receives), and its end. */
+struct rc_cq *qsm_rc_cq_own(struct qsm_fdev *d, int entries, int *err);
+void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c);
 /* The reservation given back (the QP is destroyed); an empty CQ that is not the last is freed. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
 /* The completion channel read dry: every CQ that fired is acked and goes hot. */
@@ -273,6 +326,11 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 /* The QP is known to be in ERR: WRs posted since that nothing on the QP precedes any more
  * are flushed by us, in order (handed out from lq). */
 void qsm_rc_wq_flush_heads(struct qsm_fid *id);
+/* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
+enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
+struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc);
+int qsm_rc_sges_ok(const struct qsm_fabric_sge *sg, int n);
+void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
 /* Completions of the hot CQs, up to max, straight into cqe[] (wr_id -> WR in O(1)). */
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
 /* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);
@@ -282,6 +340,34 @@ int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
 /* The fabric's list of WRs for posts, freed with the fabric. */
 void qsm_rc_send_lists_free(struct rc_fabric *f);
+
+/* ---- table.c: the lookups of completions ---- */
+
+void qsm_rc_table_init(struct rc_table *t);
+void qsm_rc_table_fini(struct rc_table *t);
+/* A slot for obj: 0 and *key (its slot and generation, shifted as tags carry them), or -ENOMEM. */
+int qsm_rc_table_add(struct rc_table *t, void *obj, uint64_t *key);
+void qsm_rc_table_del(struct rc_table *t, uint64_t key);
+/* The object the key in wr_id names, or NULL (freed since, or reused). */
+void *qsm_rc_table_find(const struct rc_table *t, uint64_t wr_id);
+int qsm_rc_qpn_add(struct rc_qpn *h, struct qsm_fid *id);
+struct qsm_fid *qsm_rc_qpn_find(const struct rc_qpn *h, uint32_t qpn);
+void qsm_rc_qpn_del(struct rc_qpn *h, const struct qsm_fid *id);
+void qsm_rc_qpn_fini(struct rc_qpn *h);
+
+/* ---- srq.c: shared receive queues ---- */
+
+int qsm_rc_create_srq(struct qsm_fabric *base, struct qsm_fdev *d, void *owner,
+		      const struct qsm_fabric_srq_attr *attr, struct qsm_fsrq **ret);
+void qsm_rc_destroy_srq(struct qsm_fsrq *s);
+int qsm_rc_post_srq_recv(struct qsm_fsrq *s, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+			 int num_sge);
+int qsm_rc_arm_srq(struct qsm_fsrq *s, uint32_t limit);
+/* An SRQ's ibv_srq and receive CQ, for a QP created on it. */
+struct ibv_srq *qsm_rc_srq_verbs(struct qsm_fsrq *s, struct ibv_cq **cq);
+/* A polled completion of an SRQ receive (TAG_SRQ): its QP's, as wc_take() makes them (1; the
+ * caller marks the QP in ERR for an error), or none (0: stale, or its QP is gone). */
+int qsm_rc_srq_wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out);
 
 /* ---- ids.c: rdma_cm ids and the CM channel ---- */
 

@@ -6,20 +6,6 @@
 
 #include "fabric/rdmacm/rdmacm.h"
 
-/*
- * A WR's wr_id given to verbs is a tag, never a pointer: bit 63 the drain marker, bit 62 a
- * receive, bits 32-61 the QP (its slot in the fabric's QP table, 20 bits, and the slot's
- * generation, 10 bits), bits 0-31 the WR's seq in its work queue.  A completion left in a CQ of
- * the pool by a destroyed QP, or one for a WR whose flush we made already, is recognised (slot,
- * generation, qp_num, seq in head..tail) and dropped.
- */
-#define MARKER_BIT (1ull << 63)
-#define TAG_RECV (1ull << 62)
-#define TAG_SLOT_BITS 20
-#define TAG_GEN_MASK 0x3ffu
-#define QPT_MAX (1u << TAG_SLOT_BITS)
-#define QPT_NONE UINT32_MAX
-
 /* A WR posted once the QP was known to be in ERR: flushed by us, behind the ring. */
 struct rc_late {
 	struct qsm_list node;
@@ -27,120 +13,6 @@ struct rc_late {
 	uint8_t opcode;
 	uint8_t wq;
 };
-
-/* Every ibv_wc_status by name (STYLE: foreign enums mapped explicitly); one this build's
- * rdma-core does not define is GENERAL_ERR, counted in wc_unknown and shown by
- * QSM_RDMACM_STATS. */
-static enum qsm_wc_status wc_status(struct rc_fabric *f, enum ibv_wc_status st)
-{
-	switch (st) {
-	case IBV_WC_SUCCESS: return QSM_WC_SUCCESS;
-	case IBV_WC_LOC_LEN_ERR: return QSM_WC_LOC_LEN_ERR;
-	case IBV_WC_LOC_QP_OP_ERR: return QSM_WC_LOC_QP_OP_ERR;
-	case IBV_WC_LOC_EEC_OP_ERR: return QSM_WC_LOC_EEC_OP_ERR;
-	case IBV_WC_LOC_PROT_ERR: return QSM_WC_LOC_PROT_ERR;
-	case IBV_WC_WR_FLUSH_ERR: return QSM_WC_WR_FLUSH_ERR;
-	case IBV_WC_MW_BIND_ERR: return QSM_WC_MW_BIND_ERR;
-	case IBV_WC_BAD_RESP_ERR: return QSM_WC_BAD_RESP_ERR;
-	case IBV_WC_LOC_ACCESS_ERR: return QSM_WC_LOC_ACCESS_ERR;
-	case IBV_WC_REM_INV_REQ_ERR: return QSM_WC_REM_INV_REQ_ERR;
-	case IBV_WC_REM_ACCESS_ERR: return QSM_WC_REM_ACCESS_ERR;
-	case IBV_WC_REM_OP_ERR: return QSM_WC_REM_OP_ERR;
-	case IBV_WC_RETRY_EXC_ERR: return QSM_WC_RETRY_EXC_ERR;
-	case IBV_WC_RNR_RETRY_EXC_ERR: return QSM_WC_RNR_RETRY_EXC_ERR;
-	case IBV_WC_LOC_RDD_VIOL_ERR: return QSM_WC_LOC_RDD_VIOL_ERR;
-	case IBV_WC_REM_INV_RD_REQ_ERR: return QSM_WC_REM_INV_RD_REQ_ERR;
-	case IBV_WC_REM_ABORT_ERR: return QSM_WC_REM_ABORT_ERR;
-	case IBV_WC_INV_EECN_ERR: return QSM_WC_INV_EECN_ERR;
-	case IBV_WC_INV_EEC_STATE_ERR: return QSM_WC_INV_EEC_STATE_ERR;
-	case IBV_WC_FATAL_ERR: return QSM_WC_FATAL_ERR;
-	case IBV_WC_RESP_TIMEOUT_ERR: return QSM_WC_RESP_TIMEOUT_ERR;
-	case IBV_WC_GENERAL_ERR: return QSM_WC_GENERAL_ERR;
-	/* tag matching: SRQs with TM only, never on the fabric's QPs */
-	case IBV_WC_TM_ERR:
-	case IBV_WC_TM_RNDV_INCOMPLETE:
-		break;
-	}
-	f->wc_unknown++;
-	return QSM_WC_GENERAL_ERR;
-}
-
-/* A successful receive: what arrived (a SEND or a WRITE_WITH_IMM), imm data, invalidation. */
-static struct qsm_fabric_wc recv_wc(const struct ibv_wc *wc)
-{
-	struct qsm_fabric_wc w = { .status = QSM_WC_SUCCESS, .byte_len = wc->byte_len,
-				   .opcode = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM ?
-					     QSM_WR_RECV_RDMA_WITH_IMM : QSM_WR_RECV };
-
-	if (wc->wc_flags & IBV_WC_WITH_IMM) {
-		w.wc_flags |= QSM_WC_WITH_IMM;
-		w.imm_data = wc->imm_data;   /* carried as is, as the sender set it */
-	}
-	if (wc->wc_flags & IBV_WC_WITH_INV) {
-		w.wc_flags |= QSM_WC_WITH_INV;
-		w.invalidated_rkey = wc->invalidated_rkey;
-	}
-	return w;
-}
-
-/* ---- the QP table ---- */
-
-static int qpt_add(struct rc_fabric *f, struct qsm_fid *id)
-{
-	uint32_t i = f->qpt_free;
-	struct rc_qpt *e;
-
-	if (i != QPT_NONE) {
-		f->qpt_free = f->qpt[i].next_free;
-	} else {
-		if (f->qpt_len == f->qpt_cap) {
-			uint32_t cap = f->qpt_cap ? f->qpt_cap * 2 : 64;
-			struct rc_qpt *t;
-
-			if (cap > QPT_MAX)
-				cap = QPT_MAX;
-			if (cap == f->qpt_len)
-				return -ENOMEM;   /* a million QPs in one fabric */
-			t = realloc(f->qpt, cap * sizeof(*t));
-			if (!t)
-				return -ENOMEM;
-			f->qpt = t;
-			f->qpt_cap = cap;
-		}
-		i = f->qpt_len++;
-		f->qpt[i].gen = 0;
-	}
-	e = &f->qpt[i];
-	e->id = id;
-	id->qpt_slot = i;
-	id->qp_key = (((uint64_t)(e->gen & TAG_GEN_MASK) << TAG_SLOT_BITS) | i) << 32;
-	return 0;
-}
-
-static void qpt_del(struct rc_fabric *f, struct qsm_fid *id)
-{
-	struct rc_qpt *e = &f->qpt[id->qpt_slot];
-
-	e->id = NULL;
-	e->gen++;
-	e->next_free = f->qpt_free;
-	f->qpt_free = id->qpt_slot;
-}
-
-/* The QP a completion is of, or NULL (destroyed since: its slot is free or reused). */
-static struct qsm_fid *qpt_find(struct rc_fabric *f, const struct ibv_wc *wc)
-{
-	uint32_t key = (uint32_t)(wc->wr_id >> 32) & 0x3fffffffu;
-	uint32_t slot = key & (QPT_MAX - 1);
-	struct rc_qpt *e;
-
-	if (slot >= f->qpt_len)
-		return NULL;
-	e = &f->qpt[slot];
-	if (!e->id || (e->gen & TAG_GEN_MASK) != key >> TAG_SLOT_BITS || e->id->qp_num != wc->qp_num)
-		return NULL;
-	return e->id;
-}
 
 /* ---- lq: the flushes we make, handed out in each QP's order ---- */
 
@@ -258,14 +130,26 @@ int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_
  */
 static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out)
 {
-	struct qsm_fid *id = qpt_find(f, wc);
+	struct qsm_fid *id;
 	enum qsm_wc_status st;
 	struct rc_slot *s;
 	struct rc_wq *w;
 	uint32_t seq;
 	int q;
 
-	if (wc->wr_id & MARKER_BIT) {
+	if (wc->wr_id & TAG_SRQ) {
+		if (!qsm_rc_srq_wc_take(f, wc, out))
+			return 0;
+		if (out->wc.status != QSM_WC_SUCCESS) {
+			out->id->qp_err = true;   /* an error completion moves an RC QP to ERR */
+			qsm_rc_wq_flush_heads(out->id);
+		}
+		return 1;
+	}
+	id = qsm_rc_table_find(&f->qpt, wc->wr_id);
+	if (id && id->qp_num != wc->qp_num)
+		id = NULL;   /* a slot reused as often as its generation wraps: still not ours */
+	if (wc->wr_id & TAG_MARKER) {
 		if (id && id->draining) {
 			id->draining = false;
 			id->qp_err = true;
@@ -291,7 +175,7 @@ static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabr
 				f->wc_order++;
 	}
 	s = &w->ring[w->head++ & w->mask];
-	st = wc->status == IBV_WC_SUCCESS ? QSM_WC_SUCCESS : wc_status(f, wc->status);
+	st = wc->status == IBV_WC_SUCCESS ? QSM_WC_SUCCESS : qsm_rc_wc_status(f, wc->status);
 	if (st == QSM_WC_SUCCESS) {
 		f->wc_ok++;
 		if (q == WQ_SEND && !s->signaled)
@@ -308,7 +192,7 @@ static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabr
 	out->owner = id->owner;
 	out->id = id;
 	if (q == WQ_RECV && st == QSM_WC_SUCCESS) {
-		out->wc = recv_wc(wc);
+		out->wc = qsm_rc_recv_wc(wc);
 	} else {
 		/* wc->opcode is undefined in error completions: the WR's own is reported */
 		out->wc = (struct qsm_fabric_wc){ .status = st, .opcode = (enum qsm_wr_opcode)s->opcode,
@@ -384,7 +268,7 @@ static int wq_init(struct rc_wq *w, uint32_t cap)
 
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr)
 {
-	return sizeof(struct qsm_fid) + sizeof(struct rc_qpt) +
+	return sizeof(struct qsm_fid) + sizeof(struct rc_tent) +
 	       (ring_size(max_send_wr) + ring_size(max_recv_wr)) * sizeof(struct rc_slot);
 }
 
@@ -462,8 +346,8 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		r = -ENOMEM;
 		goto fail;
 	}
-	/* One more of each for the drain marker. */
-	wrs = (int)a->max_send_wr + 1 + (int)a->max_recv_wr + 1;
+	/* One more of each for the drain marker; on an SRQ, its receives are the SRQ CQ's. */
+	wrs = (int)a->max_send_wr + 1 + (a->srq ? 0 : (int)a->max_recv_wr + 1);
 	cq = qsm_rc_cq_get(d, wrs, &r);
 	if (!cq)
 		goto fail;
@@ -477,19 +361,31 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	init.cap.max_send_sge = a->max_send_sge ? a->max_send_sge : 1;
 	init.cap.max_recv_sge = a->max_recv_sge ? a->max_recv_sge : 1;
 	init.cap.max_inline_data = a->max_inline_data;
-	if ((r = qpt_add(id->fab, id)) < 0) {
+	if (a->srq) {
+		/* its receives come from the SRQ, whose completions are on the SRQ's own CQ */
+		init.srq = qsm_rc_srq_verbs(a->srq, &init.recv_cq);
+		init.cap.max_recv_wr = init.cap.max_recv_sge = 0;
+	}
+	if ((r = qsm_rc_table_add(&id->fab->qpt, id, &id->qp_key)) < 0) {
 		qsm_rc_cq_put(d, cq, wrs);
 		goto fail;
 	}
 	if (rdma_create_qp(id->cm, d->pd, &init) < 0) {
 		r = errno_or(ENOMEM);
-		qpt_del(id->fab, id);
+		qsm_rc_table_del(&id->fab->qpt, id->qp_key);
 		qsm_rc_cq_put(d, cq, wrs);
 		goto fail;
 	}
+	id->qp_num = id->cm->qp->qp_num;
+	if (a->srq && (r = qsm_rc_qpn_add(&id->fab->qpn, id)) < 0) {
+		rdma_destroy_qp(id->cm);
+		qsm_rc_table_del(&id->fab->qpt, id->qp_key);
+		qsm_rc_cq_put(d, cq, wrs);
+		goto fail;
+	}
+	id->srq = a->srq;
 	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
 	id->inline_cap = a->max_inline_data;
-	id->qp_num = id->cm->qp->qp_num;
 	id->cq = cq;
 	id->qp_wrs = wrs;
 	d->nqps++;
@@ -510,7 +406,10 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 	d = id->dev;
 	rdma_destroy_qp(id->cm);
 	qsm_list_del(&id->qp_node);
-	qpt_del(id->fab, id);
+	qsm_rc_table_del(&id->fab->qpt, id->qp_key);
+	if (id->srq)
+		qsm_rc_qpn_del(&id->fab->qpn, id);
+	id->srq = NULL;
 	qp_state_free(id);
 	qsm_pending_drop(&id->fab->pq, id, NULL);
 	qsm_rc_cq_put(d, id->cq, id->qp_wrs);
@@ -529,7 +428,7 @@ int qsm_rc_drain(struct qsm_fid *id)
 	if (!id || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
 	qp = id->cm->qp;
-	tag = MARKER_BIT | id->qp_key;
+	tag = TAG_MARKER | id->qp_key;
 	r = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
 	if (r)
 		return -r;
@@ -549,17 +448,6 @@ int qsm_rc_drain(struct qsm_fid *id)
 		return -r;
 	id->draining = true;
 	return 0;
-}
-
-static int sges_ok(const struct qsm_fabric_sge *sg, int n)
-{
-	return n >= 0 && n <= QSM_FABRIC_MAX_SGE && (!n || sg);
-}
-
-static void sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n)
-{
-	for (int i = 0; i < n; i++)
-		sge[i] = (struct ibv_sge){ .addr = sg[i].addr, .length = sg[i].length, .lkey = sg[i].lkey };
 }
 
 static int send_opcode(enum qsm_wr_opcode op)
@@ -586,7 +474,7 @@ static uint64_t sges_len(const struct qsm_fabric_sge *sg, int n)
 /* What is wrong with the WR itself: the call fails, nothing of the list is posted. */
 static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 {
-	if (send_opcode(wr->opcode) < 0 || !sges_ok(wr->sg_list, wr->num_sge) ||
+	if (send_opcode(wr->opcode) < 0 || !qsm_rc_sges_ok(wr->sg_list, wr->num_sge) ||
 	    (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE)))
 		return false;
 	if (wr->flags & QSM_POST_INLINE)
@@ -601,7 +489,7 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 	struct ibv_sge *sge = &id->fab->ssge[(size_t)i * QSM_FABRIC_MAX_SGE];
 
 	memset(s, 0, sizeof(*s));
-	sges_to_ibv(sge, wr->sg_list, wr->num_sge);
+	qsm_rc_sges_to_ibv(sge, wr->sg_list, wr->num_sge);
 	s->wr_id = id->qp_key | seq;
 	s->next = last ? NULL : &id->fab->swr[i + 1];
 	s->sg_list = wr->num_sge ? sge : NULL;
@@ -722,8 +610,8 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	struct rc_wq *w;
 	int ret;
 
-	if (!id || !qsm_rc_fid_has_qp(id) || !sges_ok(sg_list, num_sge))
-		return -EINVAL;
+	if (!id || !qsm_rc_fid_has_qp(id) || id->srq || !qsm_rc_sges_ok(sg_list, num_sge))
+		return -EINVAL;   /* a QP on an SRQ takes the SRQ's receives, none of its own */
 	if (id->qp_err)
 		return post_late(id, WQ_RECV, NULL, 1, wr_id);
 	w = &id->wq[WQ_RECV];
@@ -733,7 +621,7 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	s->wr_id = wr_id;
 	s->opcode = QSM_WR_RECV;
 	s->signaled = true;
-	sges_to_ibv(sge, sg_list, num_sge);
+	qsm_rc_sges_to_ibv(sge, sg_list, num_sge);
 	rwr.wr_id = id->qp_key | TAG_RECV | w->tail;
 	rwr.next = NULL;
 	rwr.sg_list = num_sge ? sge : NULL;

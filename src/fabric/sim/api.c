@@ -62,6 +62,10 @@ static const struct qsm_fabric_ops sim_ops = {
 	.dereg_mr = sim_dereg_mr,
 	.post_send = sim_post_send,
 	.post_recv = sim_post_recv,
+	.create_srq = sim_create_srq,
+	.destroy_srq = sim_destroy_srq,
+	.post_srq_recv = sim_post_srq_recv,
+	.arm_srq = sim_arm_srq,
 };
 
 int qsm_sim_new(struct qsm_sim **ret)

@@ -88,6 +88,7 @@ static struct sim_event *event_new(struct sim_fabric *fab, const struct post *p)
 	e->id = p->id;
 	e->listener = p->listener;
 	e->dev = p->dev;
+	e->srq = p->srq;
 	e->event = p->event;
 	e->status = p->status;
 	if (p->wc)
@@ -139,6 +140,22 @@ void sim_drop_events(struct sim_id *id, int event)
 			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
 
 			if (e->id == id && (!event || e->event == event))
+				sim_event_drop(e);
+		}
+	}
+}
+
+/* Drop the pending events of an SRQ (its SRQ_LIMIT), queued or held. */
+void sim_drop_srq_events(struct sim_srq *s)
+{
+	struct qsm_list *heads[2] = { &s->fab->queue, &s->fab->sim->held };
+	struct qsm_list *pos, *tmp;
+
+	for (int i = 0; i < 2; i++) {
+		qsm_list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
+
+			if (e->srq == s && !e->id)
 				sim_event_drop(e);
 		}
 	}
@@ -210,6 +227,8 @@ static void event_taken(struct sim_fabric *f, struct sim_event *e)
 		e->id->nsends -= e->sq_frees;
 		e->id->nrecvs -= e->rq_free;
 	}
+	if (e->srq && e->event == QSM_EV_COMPLETION)
+		e->srq->held--;   /* a receive of the SRQ: its slot, as a QP's own */
 	f->sim->st.events_delivered++;
 	free(e);
 }
@@ -246,7 +265,8 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct q
 	ev->event = e->event;
 	ev->status = e->status;
 	ev->id = e->id ? fid_of(e->id) : NULL;
-	ev->owner = e->id ? e->id->owner : NULL;
+	ev->owner = e->id ? e->id->owner : e->srq ? e->srq->owner : NULL;
+	ev->srq = e->id ? NULL : (struct qsm_fsrq *)(void *)e->srq;
 	ev->listen_owner = e->listener ? e->listener->owner : NULL;
 	ev->device = e->dev ? fdev_of(e->dev) : NULL;
 	ev->private_data_len = e->len;

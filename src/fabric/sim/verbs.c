@@ -19,8 +19,18 @@ static void complete_wc(struct sim_id *id, struct qsm_fabric_wc *wc, unsigned sq
 {
 	if (wc->status != QSM_WC_SUCCESS)
 		wc->byte_len = wc->imm_data = wc->wc_flags = 0;
+	/* a receive of the QP's SRQ frees the SRQ's slot, not the QP's */
 	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = wc, .sq_frees = sq_frees,
-				 .rq_free = rq_free });
+				 .rq_free = rq_free && !id->cap.srq,
+				 .srq = rq_free && id->cap.srq ? (struct sim_srq *)(void *)id->cap.srq : NULL });
+}
+
+/* The receive a SEND to `id` lands in: the first of its own, or of its SRQ's; or NULL. */
+static struct sim_recv *next_recv(struct sim_id *id)
+{
+	if (id->cap.srq)
+		return sim_srq_peek((struct sim_srq *)(void *)id->cap.srq);
+	return qsm_list_empty(&id->recvs) ? NULL : qsm_container_of(id->recvs.next, struct sim_recv, node);
 }
 
 /* A flush: of a receive the QP held (`held`), or of a WR posted in ERR, which holds no slot. */
@@ -42,8 +52,11 @@ static void send_complete(struct sim_id *id, const struct qsm_fabric_wr *wr, enu
 						 .opcode = wr->opcode, .byte_len = byte_len }, frees, false);
 }
 
-static void recv_free(struct sim_recv *r)
+/* A receive consumed (or flushed, or discarded): off its QP's or its SRQ's list. */
+static void recv_free(struct sim_id *id, struct sim_recv *r)
 {
+	if (id->cap.srq)
+		sim_srq_consumed((struct sim_srq *)(void *)id->cap.srq);
 	qsm_list_del(&r->node);   /* its slot: until its completion is taken (nrecvs) */
 	free(r);
 }
@@ -56,13 +69,18 @@ void sim_qp_err(struct sim_id *id)
 {
 	if (id->qp == SIM_QP_NONE)
 		return;
+	if (id->qp == SIM_QP_ERR)
+		return;
 	id->qp = SIM_QP_ERR;
 	while (!qsm_list_empty(&id->recvs)) {
 		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
 
 		flush(id, r->wr_id, QSM_WR_RECV, true);
-		recv_free(r);
+		recv_free(id, r);
 	}
+	/* On an SRQ: it takes no more of the SRQ's receives (they stay there), and says so. */
+	if (id->cap.srq)
+		sim_post_simple(id, QSM_EV_LAST_WQE, 0);
 }
 
 /* A connection came up: the sim moves its QPs through RTR to RTS at once. */
@@ -87,8 +105,12 @@ static void qp_destroy(struct sim_id *id)
 	if (id->qp == SIM_QP_NONE)
 		return;
 	while (!qsm_list_empty(&id->recvs))
-		recv_free(qsm_container_of(id->recvs.next, struct sim_recv, node));
+		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
 	sim_drop_events(id, QSM_EV_COMPLETION);
+	sim_drop_events(id, QSM_EV_LAST_WQE);
+	if (id->cap.srq)
+		((struct sim_srq *)(void *)id->cap.srq)->nqps--;
+	id->cap.srq = NULL;
 	id->nsends = id->sends_unsig = id->nrecvs = 0;
 	id->qp = SIM_QP_NONE;
 	id->dev->nqps--;
@@ -110,10 +132,14 @@ int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr)
 		return -EEXIST;
 	if (!device_up(id->dev))
 		return -ENODEV;
+	if (attr->srq && ((struct sim_srq *)(void *)attr->srq)->dev != id->dev)
+		return -EINVAL;   /* an SRQ serves the QPs of its own device */
 	if (sim_fault_take(sim, QSM_SIM_FAULT_ENOMEM))
 		return -ENOMEM;
 	id->qp = SIM_QP_INIT;
 	id->cap = *attr;
+	if (attr->srq)
+		((struct sim_srq *)(void *)attr->srq)->nqps++;
 	id->nsends = id->sends_unsig = id->nrecvs = 0;
 	id->dev->nqps++;
 	sim->st.qps++;
@@ -331,7 +357,7 @@ static void recv_done(struct sim_id *peer, struct sim_recv *r, const struct qsm_
 		wc.imm_data = wr->imm_data;
 	}
 	complete_wc(peer, &wc, 0, true);
-	recv_free(r);
+	recv_free(peer, r);
 }
 
 /*
@@ -348,20 +374,19 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	struct sim_recv *r;
 	enum qsm_wc_status rstatus = QSM_WC_SUCCESS;
 
-	if (qsm_list_empty(&peer->recvs)) {
+	if (!(r = next_recv(peer))) {
 		/* RNR NAKs until the retries run out.  An RNR NAK is flow control: the responder's
 		 * QP stays in RTS and hears nothing. */
 		send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
 		return;
 	}
-	r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
 	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE) ||
 	    len > sges_len(r->sge, r->num_sge))
 		rstatus = QSM_WC_LOC_QP_OP_ERR;
 	if (rstatus != QSM_WC_SUCCESS) {
 		complete_wc(peer, &(struct qsm_fabric_wc){ .wr_id = r->wr_id, .status = rstatus,
 							   .opcode = QSM_WR_RECV }, 0, true);
-		recv_free(r);
+		recv_free(peer, r);
 		sim_qp_err(peer);
 		send_failed(id, wr, QSM_WC_REM_OP_ERR);
 		return;
@@ -386,12 +411,9 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	struct sim_recv *r = NULL;
 
 	/* WRITE_WITH_IMM needs a receive as a SEND does (rxe checks it before the rkey) */
-	if (has_imm(wr)) {
-		if (qsm_list_empty(&peer->recvs)) {
-			send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
-			return;
-		}
-		r = qsm_container_of(peer->recvs.next, struct sim_recv, node);
+	if (has_imm(wr) && !(r = next_recv(peer))) {
+		send_failed(id, wr, QSM_WC_RNR_RETRY_EXC_ERR);
+		return;
 	}
 	if (!len) {
 		if (r)
@@ -414,20 +436,6 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	send_done(id, wr, write ? 0 : (uint32_t)len);
 }
 
-static uint32_t sge_cap(uint32_t asked)
-{
-	uint32_t n = asked ? asked : 1;
-
-	return n < QSM_FABRIC_MAX_SGE ? n : QSM_FABRIC_MAX_SGE;
-}
-
-static int sges_check(const struct qsm_fabric_sge *sg, int n, uint32_t asked)
-{
-	if (n < 0 || (uint32_t)n > sge_cap(asked) || (n && !sg))
-		return -EINVAL;
-	return 0;
-}
-
 /* What is wrong with the WR itself, which fails the call (ibv_post_send's EINVAL). */
 static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
 {
@@ -446,7 +454,7 @@ static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
 	}
 	if (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE))
 		return -EINVAL;
-	if (sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
+	if (sim_sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
 		return -EINVAL;
 	if ((wr->flags & QSM_POST_INLINE) && sges_len(wr->sg_list, wr->num_sge) > id->cap.max_inline_data)
 		return -EINVAL;
@@ -530,7 +538,7 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 
 	if (!id || id->qp == SIM_QP_NONE)
 		return -EINVAL;
-	if (sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
+	if (id->cap.srq || sim_sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
 		return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
 		flush(id, wr_id, QSM_WR_RECV, false);
@@ -538,13 +546,8 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 	}
 	if (id->nrecvs >= id->cap.max_recv_wr)
 		return -ENOBUFS;
-	r = calloc(1, sizeof(*r));
-	if (!r)
+	if (!(r = sim_recv_new(wr_id, sg_list, num_sge)))
 		return -ENOMEM;
-	r->wr_id = wr_id;
-	r->num_sge = num_sge;
-	if (num_sge)
-		memcpy(r->sge, sg_list, (size_t)num_sge * sizeof(*sg_list));
 	qsm_list_add_tail(&id->recvs, &r->node);
 	id->nrecvs++;
 	return 0;

@@ -110,7 +110,8 @@ struct sim_device *sim_device_serving(struct qsm_sim *sim, const struct sockaddr
 /* The one place a removed device becomes GONE: when its last reference goes. */
 void sim_device_settle(struct sim_device *d)
 {
-	if (d->state == QSM_SIM_DEVICE_REMOVING && !d->nids && !d->nqps && !d->refs && !d->nmrs)
+	if (d->state == QSM_SIM_DEVICE_REMOVING && !d->nids && !d->nqps && !d->refs && !d->nmrs &&
+	    !d->nsrqs)
 		d->state = QSM_SIM_DEVICE_GONE;
 }
 

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include <qsm/sim.h>
@@ -36,8 +38,21 @@ struct sim_device {
 	char name[DEV_NAME_MAX];
 	struct sockaddr_storage addr;        /* port 0 */
 	enum qsm_sim_device_state state;
-	unsigned nids, nqps, refs, nmrs;     /* what keeps a removed device REMOVING */
+	unsigned nids, nqps, refs, nmrs, nsrqs; /* what keeps a removed device REMOVING */
 	struct qsm_list mrs;                     /* its MRs, registration order */
+};
+
+/* A shared receive queue: receives posted to it wait, in order, for a SEND to any of its QPs. */
+struct sim_srq {
+	struct sim_fabric *fab;              /* whose ctx hears its SRQ_LIMIT */
+	struct sim_device *dev;
+	void *owner;
+	struct qsm_list recvs;                   /* struct sim_recv, post order */
+	unsigned queued;                     /* in recvs */
+	unsigned held;                       /* slots: queued, or taken and completion not taken */
+	struct qsm_fabric_srq_attr cap;
+	uint32_t limit;                      /* armed: SRQ_LIMIT once queued < limit; 0: not */
+	unsigned nqps;
 };
 
 /* A memory region: what the keys of a WR are checked against when the WR executes. */
@@ -113,6 +128,7 @@ struct sim_event {
 	struct sim_id *id;
 	struct sim_id *listener;             /* CONNECT_REQUEST: the listening id */
 	struct sim_device *dev;
+	struct sim_srq *srq;                 /* SRQ_LIMIT's; a completion's: the SRQ slot it frees */
 	int event;
 	int status;
 	struct qsm_fabric_wc wc;             /* QSM_EV_COMPLETION */
@@ -176,12 +192,42 @@ static inline bool device_up(const struct sim_device *d)
 	return d->state == QSM_SIM_DEVICE_UP;
 }
 
+/* SGEs a QP or SRQ takes: as asked, 0 meaning 1, at most QSM_FABRIC_MAX_SGE. */
+static inline uint32_t sim_sge_cap(uint32_t asked)
+{
+	uint32_t n = asked ? asked : 1;
+
+	return n < QSM_FABRIC_MAX_SGE ? n : QSM_FABRIC_MAX_SGE;
+}
+
+static inline int sim_sges_check(const struct qsm_fabric_sge *sg, int n, uint32_t asked)
+{
+	if (n < 0 || (uint32_t)n > sim_sge_cap(asked) || (n && !sg))
+		return -EINVAL;
+	return 0;
+}
+
+/* A receive of a QP or an SRQ, its SGEs copied (checked when a SEND lands); NULL: no memory. */
+static inline struct sim_recv *sim_recv_new(uint64_t wr_id, const struct qsm_fabric_sge *sg, int n)
+{
+	struct sim_recv *r = calloc(1, sizeof(*r));
+
+	if (r) {
+		r->wr_id = wr_id;
+		r->num_sge = n;
+		if (n)
+			memcpy(r->sge, sg, (size_t)n * sizeof(*sg));
+	}
+	return r;
+}
+
 /* What sim_post() makes an event of. */
 struct post {
 	struct sim_fabric *fab;              /* NULL: the id's fabric */
 	struct sim_id *id;
 	struct sim_id *listener;
 	struct sim_device *dev;
+	struct sim_srq *srq;
 	int event;
 	int status;
 	const struct qsm_fabric_wc *wc;      /* QSM_EV_COMPLETION */
@@ -216,6 +262,7 @@ void sim_event_drop(struct sim_event *e);
 void sim_post(const struct post *p);
 void sim_post_simple(struct sim_id *id, int event, int status);
 void sim_drop_events(struct sim_id *id, int event);
+void sim_drop_srq_events(struct sim_srq *s);
 struct sim_event *sim_unreported_request(struct sim_id *listener);
 int sim_held_release(struct qsm_sim *sim);
 void sim_fabric_drop_events(struct sim_fabric *f);
@@ -237,6 +284,19 @@ void sim_dereg_mr(struct qsm_fmr *fmr);
 int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted);
 int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		  int num_sge);
+
+/* ---- srq.c ---- */
+
+int sim_create_srq(struct qsm_fabric *base, struct qsm_fdev *fdev, void *owner,
+		   const struct qsm_fabric_srq_attr *attr, struct qsm_fsrq **ret);
+void sim_destroy_srq(struct qsm_fsrq *fs);
+int sim_post_srq_recv(struct qsm_fsrq *fs, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
+		      int num_sge);
+int sim_arm_srq(struct qsm_fsrq *fs, uint32_t limit);
+/* The SRQ's first receive, or NULL. */
+struct sim_recv *sim_srq_peek(struct sim_srq *s);
+/* One of its receives was consumed by a QP: the limit is checked. */
+void sim_srq_consumed(struct sim_srq *s);
 
 /* ---- cm_id.c ---- */
 
