@@ -1,6 +1,60 @@
-/* rdma-qsm model test: the data path's completions (D2, D4): each checked against the WR it
+/* rdma-qsm model test: the data path's completions (D2, D4, D6, D7): each checked against the WR it
  * names, every byte that lands against what was sent or written. */
 #include "model.h"
+
+/* The message a receive got: its sender is the queue's peer, and it came once. */
+static void received(struct rec *r, struct msg *m, uint64_t seq)
+{
+	if (m->received++)
+		violate("message %llu received twice", (unsigned long long)seq);
+	if (r->peer >= 0 && (r->passive || r->peer_gen == r->gen) && m->sender != r->peer)
+		violate("%s queue #%u received message %llu of queue #%d, its peer is #%d",
+			r->passive ? "passive" : "active", r->idx, (unsigned long long)seq, m->sender, r->peer);
+}
+
+/* A receive with immediate data: imm_data names a SEND_WITH_IMM whose bytes it holds, or a
+ * WRITE_WITH_IMM of byte_len bytes, which leaves the receive's memory as it was. */
+void check_recv_imm(struct rec *r, const struct wrec *w, const struct qsm_wc *wc, unsigned wi)
+{
+	bool write = wc->opcode == QSM_WR_RECV_RDMA_WITH_IMM;
+	uint64_t seq = wc->imm_data & 0x7fffffffu;
+	uint8_t got[SLOT], want[SLOT];
+	struct msg *m;
+
+	if (!(wc->imm_data & 0x80000000u) || !seq || seq >= nmsgs) {
+		violate("RECV wr %u: imm_data %#x names no message", wi, wc->imm_data);
+		return;
+	}
+	m = &msgs[seq];
+	if (m->imm != (write ? QSM_WR_RDMA_WRITE_WITH_IMM : QSM_WR_SEND_WITH_IMM) || m->len != wc->byte_len) {
+		violate("RECV wr %u: opcode %d, byte_len %u, imm_data of message %llu, a %s of %u bytes (imm "
+			"opcode %d)", wi, wc->opcode, wc->byte_len, (unsigned long long)seq,
+			m->kind < K_COUNT ? kind_names[m->kind] : "post that failed", m->len, m->imm);
+		return;
+	}
+	if (!write && wc->byte_len > w->len) {
+		violate("RECV wr %u: byte_len %u in a receive of %u bytes", wi, wc->byte_len, w->len);
+		return;
+	}
+	if (write) {
+		gather(w->sge, w->nsge, got, w->len);
+		for (uint32_t i = 0; i < w->len; i++)
+			if (got[i] != POISON) {
+				violate("RECV wr %u of a WRITE_WITH_IMM: byte %u of its memory was written", wi, i);
+				return;
+			}
+	} else if (wc->byte_len) {
+		gather(w->sge, w->nsge, got, wc->byte_len);
+		build_msg(want, seq, wc->byte_len);
+		if (wc->byte_len < HDR || memcmp(got, want, wc->byte_len)) {
+			violate("RECV wr %u: SEND_WITH_IMM message %llu arrived corrupted", wi,
+				(unsigned long long)seq);
+			return;
+		}
+	}
+	received(r, m, seq);
+	ds.imm_checked++;
+}
 
 void check_recv_data(struct rec *r, const struct wrec *w, const struct qsm_wc *wc, unsigned wi)
 {
@@ -9,6 +63,16 @@ void check_recv_data(struct rec *r, const struct wrec *w, const struct qsm_wc *w
 	uint32_t magic, len;
 	struct msg *m;
 
+	if (wc->wc_flags & ~(unsigned)QSM_WC_WITH_IMM || (!(wc->wc_flags & QSM_WC_WITH_IMM) && wc->imm_data) ||
+	    (!(wc->wc_flags & QSM_WC_WITH_IMM) && wc->opcode == QSM_WR_RECV_RDMA_WITH_IMM)) {
+		violate("RECV wr %u: opcode %d, wc_flags %#x, imm_data %#x", wi, wc->opcode, wc->wc_flags,
+			wc->imm_data);
+		return;
+	}
+	if (wc->wc_flags & QSM_WC_WITH_IMM) {
+		check_recv_imm(r, w, wc, wi);
+		return;
+	}
 	if (wc->byte_len > w->len) {
 		violate("RECV wr %u: byte_len %u in a receive of %u bytes", wi, wc->byte_len, w->len);
 		return;
@@ -31,7 +95,7 @@ void check_recv_data(struct rec *r, const struct wrec *w, const struct qsm_wc *w
 		return;
 	}
 	m = &msgs[seq];
-	if (m->kind != K_SEND || len != wc->byte_len || m->len != wc->byte_len) {
+	if (m->kind != K_SEND || m->imm || len != wc->byte_len || m->len != wc->byte_len) {
 		violate("RECV wr %u: byte_len %u, header %u, message %llu is a %s of %u bytes", wi, wc->byte_len,
 			len, (unsigned long long)seq, m->kind < K_COUNT ? kind_names[m->kind] : "post that failed",
 			m->len);
@@ -42,11 +106,7 @@ void check_recv_data(struct rec *r, const struct wrec *w, const struct qsm_wc *w
 		violate("RECV wr %u: message %llu arrived corrupted", wi, (unsigned long long)seq);
 		return;
 	}
-	if (m->received++)
-		violate("message %llu received twice", (unsigned long long)seq);
-	if (r->peer >= 0 && (r->passive || r->peer_gen == r->gen) && m->sender != r->peer)
-		violate("%s queue #%u received message %llu of queue #%d, its peer is #%d",
-			r->passive ? "passive" : "active", r->idx, (unsigned long long)seq, m->sender, r->peer);
+	received(r, m, seq);
 	ds.recv_checked++;
 }
 
@@ -79,6 +139,27 @@ void check_rdma_data(const struct wrec *w, const struct qsm_wc *wc, unsigned wi)
 	ds.write_checked++;
 }
 
+/* (D6) A work queue (sends, writes and reads; receives) completes in post order: nothing
+ * still outstanding before w may complete after it (unless HOLD reordered them). */
+void check_order(struct rec *r, struct wrec *w, unsigned wi)
+{
+	bool rq = w->kind == K_RECV;
+
+	if (w->passed && !tainted(w))
+		violate("%s wr %u of QP #%u completes after a later WR of its work queue", kind_names[w->kind], wi,
+			w->gen);
+	for (struct wrec *e = r->wr + r->wr_scan; e < w; e++) {
+		if (e->st != W_OUT || e->gen != w->gen || (e->kind == K_RECV) != rq)
+			continue;
+		if (e->required && !tainted(e) && !tainted(w))
+			violate("%s wr %u of QP #%u completes before %s%s wr %u posted before it",
+				kind_names[w->kind], wi, w->gen, e->signaled ? "signaled " : "",
+				kind_names[e->kind], (unsigned)(e - r->wr));
+		e->passed = true;
+	}
+	ds.order_checked++;
+}
+
 void check_completion(struct rec *r, const struct qsm_wc *wc)
 {
 	uint64_t owner = wc->wr_id >> 32;
@@ -106,13 +187,19 @@ void check_completion(struct rec *r, const struct qsm_wc *wc)
 			kind_names[w->kind], wi);
 	if (w->gen != r->gen)
 		violate("completion of %s wr %u of QP #%u on QP #%u", kind_names[w->kind], wi, w->gen, r->gen);
-	if (wc->opcode != kind_op[w->kind])
-		violate("%s wr %u completes with opcode %d", kind_names[w->kind], wi, wc->opcode);
+	/* a receive a WRITE_WITH_IMM used says so; its failures and flushes say RECV */
+	if (wc->opcode != w->op && !(w->kind == K_RECV && wc->status == QSM_WC_SUCCESS &&
+				     wc->opcode == QSM_WR_RECV_RDMA_WITH_IMM))
+		violate("%s wr %u (opcode %d) completes with opcode %d", kind_names[w->kind], wi, w->op, wc->opcode);
+	if (wc->status != QSM_WC_SUCCESS && (wc->wc_flags || wc->imm_data || wc->invalidated_rkey))
+		violate("%s wr %u: status %d with wc_flags %#x, imm_data %#x", kind_names[w->kind], wi, wc->status,
+			wc->wc_flags, wc->imm_data);
 	if (wc->status != QSM_WC_SUCCESS && wc->byte_len)
 		violate("%s wr %u: status %d with byte_len %u", kind_names[w->kind], wi, wc->status, wc->byte_len);
 	if (wc->status == QSM_WC_SUCCESS && !w->signaled)
 		violate("unsignaled %s wr %u completed with SUCCESS", kind_names[w->kind], wi);
-	if (wc->status == QSM_WC_SUCCESS && w->must_fail)
+	/* (a WRITE_WITH_IMM touches no memory of the receive it uses) */
+	if (wc->status == QSM_WC_SUCCESS && w->must_fail && wc->opcode != QSM_WR_RECV_RDMA_WITH_IMM)
 		violate("%s wr %u with a bad key or range completed with SUCCESS", kind_names[w->kind], wi);
 	if (w->in_err && wc->status != QSM_WC_WR_FLUSH_ERR)
 		violate("%s wr %u posted on a QP in ERR completed with status %d", kind_names[w->kind], wi,
@@ -127,6 +214,10 @@ void check_completion(struct rec *r, const struct qsm_wc *wc)
 	    r->lkey[MR_LOCAL] == w->lkey)
 		violate("%s queue in %s: %s wr %u with a good lkey (%u) failed with LOC_PROT_ERR", who,
 			qsm_conn_state_name(r->q), kind_names[w->kind], wi, w->lkey);
+	if (wc->status == QSM_WC_LOC_PROT_ERR && w->inl)
+		violate("%s queue in %s: INLINE %s wr %u failed with LOC_PROT_ERR (inline data needs no lkey)", who,
+			qsm_conn_state_name(r->q), kind_names[w->kind], wi);
+	check_order(r, w, wi);
 	if (wc->status != QSM_WC_SUCCESS && r->err_gen != r->gen) {
 		r->err_gen = r->gen;
 		r->err_wi = wi;

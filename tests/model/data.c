@@ -1,4 +1,4 @@
-/* rdma-qsm model test: the data path's model: MRs (D5) and posts (D1): what each call must
+/* rdma-qsm model test: the data path's model: MRs (D5) and posts (D1, D7): what each call must
  * answer, and what a WR that went is owed; its completion is completion.c's. */
 #include "model.h"
 
@@ -122,7 +122,7 @@ void op_mr(struct rec *r)
 	}
 }
 
-/* ---- the data path: posts (D1) ---- */
+/* ---- the data path: posts and lists (D1, D7) ---- */
 
 bool drain_started(const struct rec *r)
 {
@@ -153,29 +153,50 @@ bool doc_no_qp(const struct rec *r)
  * is the QP's (else it may count some that a send used already). */
 bool settled;
 
-int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
+/* D1 for a call posting n WRs (a receive: one): what the door refuses, then the QP. */
+static int expect_n(struct rec *r, bool door_bad, bool cap_bad, bool recv, unsigned n, int *sq)
 {
 	*sq = sim_qp(r);
 	if (*sq != -ENOENT && doc_no_qp(r) && !r->in_qp_ready)
 		violate("%s queue in %s has a QP (%d) outside qp_ready", r->passive ? "passive" : "active",
 			qsm_conn_state_name(r->q), *sq);
-	if (bad_flags || nsge < 0 || nsge > QSM_MAX_SGE)
+	if (door_bad)
 		return -EINVAL;
 	if (*sq == -ENOENT || drain_started(r))
 		return -ENOTCONN;
-	if ((uint32_t)nsge > (kind == K_RECV ? r->ci->recv_sge : r->ci->send_sge))
+	if (cap_bad)
 		return -EINVAL;
 	if (*sq == QSM_QP_ERR)
 		return 0;       /* flushed */
-	if (kind != K_RECV && *sq != QSM_QP_RTS)
+	if (!recv && *sq != QSM_QP_RTS)
 		return -EINVAL; /* the sim: not ready to send */
-	if (kind == K_RECV && r->n_out_recv >= r->ci->max_recv_wr)
+	if (recv && r->n_out_recv >= r->ci->max_recv_wr)
 		return settled ? -ENOBUFS : MAYBE_ENOBUFS;
 	/* the sim frees a slot when the runtime takes the completion, at the latest when it is
 	 * handled: the model's count is never below the sim's */
-	if (kind != K_RECV && r->n_sq_held >= r->ci->max_send_wr)
+	if (!recv && r->n_sq_held + n > r->ci->max_send_wr)
 		return settled ? -ENOBUFS : MAYBE_ENOBUFS;
 	return 0;
+}
+
+int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
+{
+	uint32_t cap = kind == K_RECV ? r->ci->recv_sge : r->ci->send_sge;
+
+	return expect_n(r, bad_flags || nsge < 0 || nsge > QSM_MAX_SGE, nsge >= 0 && (uint32_t)nsge > cap,
+			kind == K_RECV, 1, sq);
+}
+
+/* A list is checked whole (fabric.h): one bad WR fails it all, n WRs need n free slots. */
+int expect_list(struct rec *r, const struct spost *p, unsigned n, int *sq)
+{
+	bool door_bad = false, cap_bad = false;
+
+	for (unsigned i = 0; i < n; i++) {
+		door_bad |= p[i].door_bad;
+		cap_bad |= p[i].cap_bad;
+	}
+	return expect_n(r, door_bad, cap_bad, false, n, sq);
 }
 
 /* A WR the queue is about to post: its wr_id is its index, never reused. */
@@ -189,6 +210,7 @@ struct wrec *wr_add(struct rec *r, int kind, uint64_t *wr_id)
 	w = &r->wr[r->nwr++];
 	memset(w, 0, sizeof(*w));
 	w->kind = (uint8_t)kind;
+	w->op = (uint8_t)kind_op[kind];
 	w->st = W_NEVER;
 	w->gen = r->gen;
 	w->hold_epoch = hold_epoch;
@@ -198,22 +220,41 @@ struct wrec *wr_add(struct rec *r, int kind, uint64_t *wr_id)
 	return w;
 }
 
-/* Checks a post's return (D1); true if the WR is posted. */
-bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
+/* Checks a post call's return (D1) and counts it; true if what it posts went.  n: the WRs of
+ * a list, 0 for a single post. */
+bool post_ok(struct rec *r, int kind, unsigned n, int want, int got, int sq, int nsge)
 {
 	ds.post_calls++;
 	ds.enotconn += got == -ENOTCONN;
 	ds.einval += got == -EINVAL;
 	ds.enobufs += got == -ENOBUFS;
-	ds.sq_full += got == -ENOBUFS && w->kind != K_RECV;
+	ds.sq_full += got == -ENOBUFS && kind != K_RECV;
+	if (n) {
+		ds.lists++;
+		ds.list_einval += got == -EINVAL;
+		ds.list_enobufs += got == -ENOBUFS;
+		ds.list_enobufs_strict += got == -ENOBUFS && want == -ENOBUFS;
+		ds.list_enotconn += got == -ENOTCONN;
+	}
 	if (want == MAYBE_ENOBUFS ? got != 0 && got != -ENOBUFS : got != want) {
-		violate("post %s (nsge %d) on a %s queue in %s (QP %d, sim QP %d, %u receives out): %d, want %d",
-			kind_names[w->kind], nsge, r->passive ? "passive" : "active", qsm_conn_state_name(r->q),
-			qsm_conn_qp_state(r->q), sq, r->n_out_recv, got, want == MAYBE_ENOBUFS ? 0 : want);
+		char what[32];
+
+		if (n)
+			snprintf(what, sizeof(what), "a list of %u", n);
+		else
+			snprintf(what, sizeof(what), "%s (nsge %d)", kind_names[kind], nsge);
+		violate("post %s on a %s queue in %s (QP %d, sim QP %d, %u receives out, %u send slots held of "
+			"%u): %d, want %d", what, r->passive ? "passive" : "active", qsm_conn_state_name(r->q),
+			qsm_conn_qp_state(r->q), sq, r->n_out_recv, r->n_sq_held, r->ci->max_send_wr, got,
+			want == MAYBE_ENOBUFS ? 0 : want);
 		return false;
 	}
-	if (got != 0)
-		return false;
+	return got == 0;
+}
+
+/* The WR went: it is outstanding, and holds a send queue slot unless its QP flushes it. */
+void post_took(struct rec *r, struct wrec *w, int sq)
+{
 	w->st = W_OUT;
 	w->in_err = sq == QSM_QP_ERR;
 	w->required = w->kind == K_RECV || w->signaled || w->in_err;
@@ -225,6 +266,14 @@ bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
 		w->sq_held = true;
 		r->n_sq_held++;
 	}
+}
+
+/* Checks a single post's return (D1); true if the WR is posted. */
+bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge)
+{
+	if (!post_ok(r, w->kind, 0, want, got, sq, nsge))
+		return false;
+	post_took(r, w, sq);
 	return true;
 }
 
@@ -347,55 +396,105 @@ void op_recv(struct rec *r)
 	}
 }
 
-unsigned post_flags(struct wrec *w, bool *bad_flags)
+/* Signaled mostly; INLINE now and then (a READ's is refused at the door); a bad bit rarely. */
+unsigned post_flags(struct wrec *w, bool *bad_flags, bool read)
 {
+	bool bad_bit;
+
 	w->signaled = chance(70);
-	*bad_flags = chance(1);
-	return (w->signaled ? QSM_POST_SIGNALED : 0) | (*bad_flags ? 0x80u : 0u);
+	w->inl = chance(read ? 1 : 12);
+	bad_bit = chance(1);
+	*bad_flags = bad_bit || (read && w->inl);
+	return (w->signaled ? QSM_POST_SIGNALED : 0) | (w->inl ? QSM_POST_INLINE : 0) | (bad_bit ? 0x80u : 0u);
+}
+
+/* The peer has a receive posted for one more message (after `used` of this call). */
+bool credit(const struct rec *r, unsigned used)
+{
+	const struct rec *p = r->peer >= 0 ? all[r->peer] : NULL;
+
+	return !p || !(r->passive || r->peer_gen == r->gen) || p->gone || p->n_out_recv > used;
+}
+
+/* The immediate data of message seq: the receive's completion names it. */
+static uint32_t imm_of(uint64_t seq)
+{
+	return 0x80000000u | (uint32_t)seq;
+}
+
+/* A WR's local part: lkey (a bad one now and then), its SGEs over `base`; INLINE needs no lkey. */
+static void prep_local(struct rec *r, struct wrec *w, struct spost *p, uint8_t *base, bool *bad_local)
+{
+	uint32_t lkey = r->lkey[MR_LOCAL];
+
+	*bad_local = !mr_ok(r, MR_LOCAL);
+	if (chance(3)) {
+		lkey = r->lkey[MR_RW];   /* an lkey whose MR does not cover the slot */
+		*bad_local = true;
+	}
+	p->nsge = !w->len && chance(50) ? 0 : lay_out(p->sge, base, w->len, lkey, r->ci->send_sge);
+	w->lkey = p->nsge > 0 ? p->sge[0].lkey : 0;
+	if (w->inl)
+		*bad_local = false;
+	w->local_ok = !*bad_local;
+}
+
+/* The door's and the caps' view of a send WR (D1). */
+static void prep_checks(struct rec *r, struct wrec *w, struct spost *p, bool bad_flags)
+{
+	uint32_t len = 0;
+
+	p->nsge = odd_nsge(r, w->kind, p->nsge, p->sge);
+	for (int i = 0; i < p->nsge && i <= QSM_MAX_SGE; i++)
+		len += p->sge[i].length;
+	p->door_bad = bad_flags || p->nsge > QSM_MAX_SGE;
+	p->cap_bad = (uint32_t)p->nsge > r->ci->send_sge || (w->inl && len > r->ci->max_inline);
+	w->nsge = (uint8_t)(p->nsge < 2 ? p->nsge : 2);
+	memcpy(w->sge, p->sge, sizeof(w->sge));
+}
+
+/* A send: false if the queue is gone or (unless forced) the peer has no receive for it. */
+bool prep_send(struct rec *r, bool force, bool in_list, struct spost *p)
+{
+	uint8_t data[SLOT];
+	uint64_t seq = 0;
+	struct wrec *w;
+	bool bad, bad_flags, imm = in_list && chance(25);
+	uint8_t *base;
+
+	if (r->gone)
+		return false;
+	/* credits: mostly only when the peer has a receive posted */
+	if (!force && !credit(r, 0) && chance(80))
+		return false;
+	memset(p, 0, sizeof(*p));
+	p->slot = -1;
+	w = wr_add(r, K_SEND, &p->wr_id);
+	p->wi = (unsigned)(w - r->wr);
+	base = r->buf + SEND_OFF + (r->send_rr++ % NSSLOT) * SLOT;
+	w->len = chance(8) ? 0 : chance(85) ? HDR + below(48 - HDR + 1) : 49 + below(SLOT - 49 + 1);
+	if (w->len || imm)
+		seq = new_msg();
+	build_msg(data, seq, w->len);
+	p->flags = post_flags(w, &bad_flags, false);
+	prep_local(r, w, p, base, &bad);
+	scatter(p->sge, p->nsge, data);
+	if (imm) {
+		w->op = QSM_WR_SEND_WITH_IMM;
+		p->imm = imm_of(seq);
+	}
+	w->must_fail = bad && p->nsge > 0;
+	w->seq = seq;
+	prep_checks(r, w, p, bad_flags);
+	return true;
 }
 
 void op_send(struct rec *r, bool force)
 {
-	struct qsm_sge sge[QSM_MAX_SGE + 1];
-	uint8_t data[SLOT];
-	uint64_t wr_id, seq = 0;
-	struct wrec *w;
-	const struct rec *p = r->peer >= 0 ? all[r->peer] : NULL;
-	uint32_t len, lkey = r->lkey[MR_LOCAL];
-	bool bad = !mr_ok(r, MR_LOCAL), bad_flags;
-	unsigned flags;
-	uint8_t *base;
-	int nsge, want, got, sq;
+	struct spost p;
 
-	if (r->gone)
-		return;
-	/* credits: mostly only when the peer has a receive posted */
-	if (!force && p && (r->passive || r->peer_gen == r->gen) && !p->gone && !p->n_out_recv && chance(80))
-		return;
-	base = r->buf + SEND_OFF + (r->send_rr++ % NSSLOT) * SLOT;
-	len = chance(8) ? 0 : chance(85) ? HDR + below(48 - HDR + 1) : 49 + below(SLOT - 49 + 1);
-	if (chance(3)) {
-		lkey = r->lkey[MR_RW];
-		bad = true;
-	}
-	if (len) {
-		seq = new_msg();
-		build_msg(data, seq, len);
-	}
-	nsge = !len && chance(50) ? 0 : lay_out(sge, base, len, lkey, r->ci->send_sge);
-	scatter(sge, nsge, data);
-	nsge = odd_nsge(r, K_SEND, nsge, sge);
-	w = wr_add(r, K_SEND, &wr_id);
-	flags = post_flags(w, &bad_flags);
-	w->must_fail = bad && nsge > 0;
-	w->local_ok = !bad;
-	w->lkey = nsge > 0 ? sge[0].lkey : 0;
-	w->len = len;
-	w->seq = seq;
-	want = expect_post(r, K_SEND, nsge, bad_flags, &sq);
-	got = qsm_conn_post_send(r->q, wr_id, sge, nsge, flags);
-	if (posted(r, w, want, got, sq, nsge) && seq)
-		msgs[seq] = (struct msg){ .sender = (int32_t)r->idx, .len = len, .kind = K_SEND };
+	if (prep_send(r, force, false, &p))
+		post_one(r, &p);
 }
 
 /* The memory an RDMA names: the peer's mostly, another queue's, or the queue's own. */
@@ -406,21 +505,21 @@ struct rec *rdma_target(struct rec *r)
 	return chance(50) ? r : all[below(nall)];
 }
 
-void op_rdma(struct rec *r, bool write)
+/* A write or read (a WRITE_WITH_IMM only in a list); the queue is not gone. */
+void prep_rdma(struct rec *r, bool write, bool in_list, struct spost *p)
 {
-	struct qsm_sge sge[QSM_MAX_SGE + 1];
 	uint8_t data[SLOT];
-	uint64_t wr_id, seq = 0, raddr;
+	uint64_t seq = 0;
 	struct wrec *w;
 	struct rec *x;
-	int m = write ? MR_RW : MR_RO, nsge, want, got, sq, slot = -1;
-	uint32_t len, toff, area, area_len, rkey, lkey = r->lkey[MR_LOCAL];
-	bool bad_local = !mr_ok(r, MR_LOCAL), bad_remote, bad_flags, check = true;
-	unsigned flags, mode = below(100);
+	int m = write ? MR_RW : MR_RO;
+	uint32_t len, toff, area, area_len;
+	bool bad_local, bad_remote, bad_flags, check = true, imm = write && in_list && chance(25);
+	unsigned mode = below(100);
 	uint8_t *base;
 
-	if (r->gone)
-		return;
+	memset(p, 0, sizeof(*p));
+	p->slot = -1;
 	x = rdma_target(r);
 	if (!write && chance(10)) {
 		m = MR_RW;      /* readable too, but its bytes are not known: not checked */
@@ -429,7 +528,7 @@ void op_rdma(struct rec *r, bool write)
 	area = mr_spec[m].off;
 	area_len = mr_spec[m].len;
 	/* the rkey: valid unless the queue is known to have dropped it; if gone: unknown */
-	rkey = mr_ok(x, m) ? qsm_mr_rkey(x->mr[m]) : x->rkey[m];
+	p->rkey = mr_ok(x, m) ? qsm_mr_rkey(x->mr[m]) : x->rkey[m];
 	bad_remote = !x->gone && !mr_ok(x, m);
 	if (write)
 		len = chance(5) ? 0 : HDR + below(SLOT - HDR + 1);
@@ -444,91 +543,184 @@ void op_rdma(struct rec *r, bool write)
 		check = false;
 	} else if (mode < 10) {
 		/* a key that grants no such access: the RO MR for a write, an lkey for a read */
-		rkey = write ? x->rkey[MR_RO] : x->lkey[MR_LOCAL];
+		p->rkey = write ? x->rkey[MR_RO] : x->lkey[MR_LOCAL];
 		bad_remote = true;
 	} else if (mode < 15) {
-		rkey = 0x40000000u | (uint32_t)below(1u << 24);
+		p->rkey = 0x40000000u | (uint32_t)below(1u << 24);
 		bad_remote = true;
 	} else if (mode < 18 && x->old_rkey[m] && x->old_rkey[m] != x->rkey[m]) {
-		rkey = x->old_rkey[m];
+		p->rkey = x->old_rkey[m];
 		bad_remote = true;
 	}
 	if (!x->buf)
 		bad_remote = true;  /* gone two settles ago: its MRs are deregistered */
-	raddr = (x->buf ? (uintptr_t)x->buf : (uintptr_t)0x10000) + area + toff;
-	if (chance(3)) {
-		lkey = r->lkey[MR_RW];
-		bad_local = true;
-	}
-	w = wr_add(r, write ? K_WRITE : K_READ, &wr_id);
-	flags = post_flags(w, &bad_flags);
+	p->raddr = (x->buf ? (uintptr_t)x->buf : (uintptr_t)0x10000) + area + toff;
+	w = wr_add(r, write ? K_WRITE : K_READ, &p->wr_id);
+	p->wi = (unsigned)(w - r->wr);
+	w->len = len;
+	p->flags = post_flags(w, &bad_flags, !write);
 	if (write) {
 		base = r->buf + SEND_OFF + (r->send_rr++ % NSSLOT) * SLOT;
-		if (len) {
+		if (len || imm)
 			seq = new_msg();
-			build_msg(data, seq, len);
-		}
+		build_msg(data, seq, len);
 	} else {
 		/* a signaled read keeps its landing slot until it completes; unsignaled ones share one */
-		slot = w->signaled ? free_slot(r->lslots, NLSLOT - 1) : NLSLOT - 1;
-		if (slot < 0) {
-			slot = NLSLOT - 1;
+		p->slot = w->signaled ? free_slot(r->lslots, NLSLOT - 1) : NLSLOT - 1;
+		if (p->slot < 0) {
+			p->slot = NLSLOT - 1;
 			check = false;
 		}
-		base = r->buf + RD_OFF + (uint32_t)slot * SLOT;
+		if (p->slot < NLSLOT - 1)
+			r->lslots |= (uint8_t)(1u << p->slot);  /* taken now: a later WR of the list needs another */
+		base = r->buf + RD_OFF + (uint32_t)p->slot * SLOT;
 		memset(base, POISON, SLOT);
 	}
-	nsge = !len && chance(50) ? 0 : lay_out(sge, base, len, lkey, r->ci->send_sge);
+	prep_local(r, w, p, base, &bad_local);
 	if (write)
-		scatter(sge, nsge, data);
-	nsge = odd_nsge(r, w->kind, nsge, sge);
-	w->must_fail = len > 0 && (bad_remote || (bad_local && nsge > 0));
-	w->local_ok = !bad_local;
-	w->lkey = nsge > 0 ? sge[0].lkey : 0;
-	w->len = len;
+		scatter(p->sge, p->nsge, data);
+	if (imm) {
+		w->op = QSM_WR_RDMA_WRITE_WITH_IMM;
+		p->imm = imm_of(seq);
+	}
+	w->must_fail = len > 0 && (bad_remote || (bad_local && p->nsge > 0));
 	w->seq = seq;
 	w->target = (int32_t)x->idx;
 	w->toff = toff;
-	w->check = check && len > 0 && !w->must_fail && (write || slot < NLSLOT - 1);
-	w->nsge = (uint8_t)(nsge < 2 ? nsge : 2);
-	memcpy(w->sge, sge, sizeof(w->sge));
-	want = expect_post(r, w->kind, nsge, bad_flags, &sq);
+	w->check = check && len > 0 && !w->must_fail && (write || p->slot < NLSLOT - 1);
+	prep_checks(r, w, p, bad_flags);
+}
+
+static struct qsm_wr wr_of(const struct rec *r, const struct spost *p)
+{
+	const struct wrec *w = &r->wr[p->wi];
+
+	return (struct qsm_wr){ .wr_id = p->wr_id, .opcode = w->op, .sg_list = p->sge, .num_sge = p->nsge,
+				.remote_addr = p->raddr, .rkey = p->rkey, .flags = p->flags, .imm_data = p->imm };
+}
+
+/* After the call: a posted WR's message is known, its landing slot kept; else the slot is free. */
+void post_done(struct rec *r, struct spost *p, bool ok)
+{
+	struct wrec *w = &r->wr[p->wi];
+
+	if (!ok) {
+		if (w->kind == K_READ && p->slot >= 0 && p->slot < NLSLOT - 1)
+			r->lslots &= (uint8_t)~(1u << p->slot);
+		return;
+	}
+	ds.imm_posted += w->op == QSM_WR_SEND_WITH_IMM || w->op == QSM_WR_RDMA_WRITE_WITH_IMM;
+	ds.inline_posted += w->inl;
+	if (w->seq)
+		msgs[w->seq] = (struct msg){ .sender = (int32_t)r->idx, .len = w->len, .kind = w->kind,
+					     .imm = w->op == kind_op[w->kind] ? 0 : w->op };
+	/* it may land (its key may be good): an earlier write there is not checked then */
+	if (w->kind == K_WRITE && w->len && !w->must_fail && w->toff % SLOT == 0)
+		all[w->target]->rw_last[w->toff / SLOT] = w->seq;
+	if (w->kind == K_READ && p->slot < NLSLOT - 1)
+		w->slot = (int8_t)p->slot;
+}
+
+/* One WR: its own call, or now and then a list of one, which answers the same (D1). */
+void post_one(struct rec *r, struct spost *p)
+{
+	struct qsm_wr one = wr_of(r, p);
+	struct wrec *w = &r->wr[p->wi];
+	int sq, got, want = expect_list(r, p, 1, &sq);
+
 	if (chance(20)) {
-		/* the same WR as a list of one: the same answers (D1) */
-		struct qsm_wr one = { .wr_id = wr_id, .opcode = kind_op[w->kind], .sg_list = sge,
-				      .num_sge = nsge, .remote_addr = raddr, .rkey = rkey, .flags = flags };
 		int n = -1;
 
 		got = qsm_conn_post_list(r->q, &one, 1, &n);
 		if (n != (got == 0))
 			violate("post_list of one returned %d with *posted %d", got, n);
+	} else if (w->kind == K_SEND) {
+		got = qsm_conn_post_send(r->q, p->wr_id, p->sge, p->nsge, p->flags);
+	} else if (w->kind == K_WRITE) {
+		got = qsm_conn_post_write(r->q, p->wr_id, p->sge, p->nsge, p->raddr, p->rkey, p->flags);
 	} else {
-		got = write ? qsm_conn_post_write(r->q, wr_id, sge, nsge, raddr, rkey, flags)
-			    : qsm_conn_post_read(r->q, wr_id, sge, nsge, raddr, rkey, flags);
+		got = qsm_conn_post_read(r->q, p->wr_id, p->sge, p->nsge, p->raddr, p->rkey, p->flags);
 	}
-	if (!posted(r, w, want, got, sq, nsge))
+	post_done(r, p, posted(r, w, want, got, sq, p->nsge));
+}
+
+void op_rdma(struct rec *r, bool write)
+{
+	struct spost p;
+
+	if (r->gone)
 		return;
-	if (write && seq) {
-		msgs[seq] = (struct msg){ .sender = (int32_t)r->idx, .len = len, .kind = K_WRITE };
-		/* it may land (its key may be good): an earlier write there is not checked then */
-		if (!w->must_fail && toff % SLOT == 0)
-			x->rw_last[toff / SLOT] = seq;
+	prep_rdma(r, write, false, &p);
+	post_one(r, &p);
+}
+
+/* A list of 2..LIST_MAX sends, writes and reads in one call (D7): all of it or none.
+ * plain_writes: only writes without immediate data (filling the send queue). */
+void op_list(struct rec *r, bool plain_writes)
+{
+	struct spost p[LIST_MAX];
+	struct qsm_wr wrs[LIST_MAX];
+	unsigned n = 2 + below(LIST_MAX - 1), k = 0, sends = 0;
+	int sq, got, want, np = -1;
+	bool ok;
+
+	if (r->gone)
+		return;
+	while (k < n) {
+		unsigned x = below(10);
+
+		if (plain_writes) {
+			prep_rdma(r, true, false, &p[k]);
+		} else if (x < 4 && (credit(r, sends) || chance(20))) {
+			CHECK(prep_send(r, true, true, &p[k]), "prep_send of a list");
+		} else {
+			prep_rdma(r, x < 7, true, &p[k]);
+		}
+		sends += r->wr[p[k].wi].op != QSM_WR_RDMA_WRITE && r->wr[p[k].wi].op != QSM_WR_RDMA_READ;
+		k++;
 	}
-	if (!write && slot < NLSLOT - 1) {
-		w->slot = (int8_t)slot;
-		r->lslots |= (uint8_t)(1u << slot);
+	for (k = 0; k < n; k++)
+		wrs[k] = wr_of(r, &p[k]);
+	if (!plain_writes && chance(2)) {
+		/* an opcode no send queue takes: a receive's, or none at all */
+		wrs[below(n)].opcode = chance(50) ? QSM_WR_RECV : (enum qsm_wr_opcode)99;
+		p[0].door_bad = true;
 	}
+	if (chance(3)) {
+		/* n < 0, or no array: -EINVAL whatever the state; n 0 posts nothing, with a QP */
+		int odd = chance(50) ? -1 : (int)n, none = drain_started(r) || sim_qp(r) == -ENOENT ? -ENOTCONN : 0;
+
+		got = qsm_conn_post_list(r->q, odd < 0 ? wrs : NULL, odd, &np);
+		if (got != -EINVAL || np)
+			violate("post_list of %d WRs at %s: %d, *posted %d", odd, odd < 0 ? "wrs" : "NULL", got, np);
+		got = qsm_conn_post_list(r->q, NULL, 0, &np);
+		if (got != none || np)
+			violate("post_list of none in %s: %d, *posted %d, want %d", qsm_conn_state_name(r->q), got, np,
+				none);
+	}
+	want = expect_list(r, p, n, &sq);
+	got = qsm_conn_post_list(r->q, wrs, (int)n, &np);
+	if (np != (got == 0 ? (int)n : 0))
+		violate("post_list of %u returned %d with *posted %d", n, got, np);
+	ok = post_ok(r, K_SEND, n, want, got, sq, 0);
+	for (k = 0; k < n; k++) {
+		if (ok)
+			post_took(r, &r->wr[p[k].wi], sq);
+		post_done(r, &p[k], ok);
+	}
+	ds.list_wrs += ok ? n : 0;
 }
 
 void data_op(struct rec *r)
 {
 	if (!r || r->gone || quiet)
 		return;
-	switch (below(20)) {
+	switch (below(22)) {
 	case 0: case 1: case 2: case 3: case 4: case 5: op_recv(r); break;
 	case 6: case 7: case 8: case 9: case 10: case 11: op_send(r, false); break;
 	case 12: case 13: case 14: op_rdma(r, true); break;
 	case 15: case 16: case 17: op_rdma(r, false); break;
+	case 18: case 19: op_list(r, false); break;
 	default: op_mr(r); break;
 	}
 }

@@ -175,7 +175,7 @@ int h_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	check_completion(r, wc);
 	if (quiet)
 		return 0;
-	recv = wc->opcode == QSM_WR_RECV;
+	recv = wc->opcode == QSM_WR_RECV || wc->opcode == QSM_WR_RECV_RDMA_WITH_IMM;
 	x = below(1000);
 	if (x < r->abort_pm / 4) {
 		mark_gone(r);
@@ -224,21 +224,21 @@ const struct qsm_class model_class = {
 	.qp_ready = h_qp_ready,
 	.completion = h_completion,
 	.release = h_release,
-	.qp = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2 },
+	.qp = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 40 },
 };
 
 /* Every slot and the caps through super. */
 const struct qsm_class model_sub = { .name = "model-sub", .super = &model_class };
 
-/* Its own caps: 4 receives, the rest the library's defaults (64 sends, 1 SGE each). */
+/* Its own caps: 4 receives, the rest the library's defaults (64 sends, 1 SGE each, no inline). */
 const struct qsm_class model_narrow = {
 	.name = "model-narrow", .super = &model_class, .qp = { .max_recv_wr = 4 },
 };
 
 struct cinfo cinfo[3] = {
-	{ &model_class, 8, 2, 2, 8 },
-	{ &model_sub, 8, 2, 2, 8 },
-	{ &model_narrow, 4, 1, 1, 64 },
+	{ &model_class, 8, 2, 2, 8, 40 },
+	{ &model_sub, 8, 2, 2, 8, 40 },
+	{ &model_narrow, 4, 1, 1, 64, 0 },
 };
 
 /* ---- driving ---- */
@@ -418,11 +418,15 @@ void check_settled(void)
 		    r->n_out_recv >= r->ci->max_recv_wr)
 			op_recv(r);
 		/* and max_send_wr: now and then the send queue is filled with writes, signaled or
-		 * not, and one more is -ENOBUFS (expect_post); their completions come later */
-		for (unsigned k = 0, fill = chance(20); fill && k <= r->ci->max_send_wr; k++) {
+		 * not, alone or in lists, and one more, or a list longer than the slots left, is
+		 * -ENOBUFS (expect_n); their completions come later */
+		for (unsigned k = 0, fill = chance(20), lists = chance(50); fill && k <= r->ci->max_send_wr; k++) {
 			if (sim_qp(r) != QSM_QP_RTS || drain_started(r) || r->gone)
 				break;
-			op_rdma(r, true);
+			if (lists && chance(60))
+				op_list(r, true);
+			else
+				op_rdma(r, true);
 		}
 	}
 	settled = false;
@@ -532,6 +536,7 @@ void one_step(void)
 	if (x < 30) { if ((r = some_data_rec())) { observe(r); op_send(r, chance(20)); } return; } x -= 30;
 	if (x < 15) { if ((r = some_data_rec())) { observe(r); op_rdma(r, true); } return; } x -= 15;
 	if (x < 15) { if ((r = some_data_rec())) { observe(r); op_rdma(r, false); } return; } x -= 15;
+	if (x < 15) { if ((r = some_data_rec())) { observe(r); op_list(r, false); } return; } x -= 15;
 	if (x < 10) { if ((r = some_live(false))) op_mr(r); return; } x -= 10;
 	/* the rest: handlers' own calls carry the step */
 	harness_settle(&world);

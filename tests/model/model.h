@@ -53,11 +53,12 @@
  * generation), and:
  *  (D1) a post returns -ENOTCONN exactly when the queue has no QP or its drain started
  *       (active DRAINING/CLOSING, passive DRAINING), -EINVAL for bad flags / SGE counts
- *       (QSM_MAX_SGE, then the class's caps) and for a send before the QP is RTS, -ENOBUFS
- *       for a receive only with max_recv_wr receives outstanding and for a send, write or
- *       read only with max_send_wr slots held (a WR holds one until its completion is
- *       handled, an unsignaled one until a later WR's of its QP, or DRAINED), 0 otherwise; a QP never
- *       exists in a state the man page says has none, except inside qp_ready;
+ *       (QSM_MAX_SGE, then the class's caps), INLINE on a READ or beyond max_inline_data,
+ *       and for a send before the QP is RTS, -ENOBUFS for a receive only with max_recv_wr
+ *       receives outstanding and for a send, write or read only with max_send_wr slots held
+ *       (a WR holds one until its completion is handled, an unsignaled one until a later
+ *       WR's of its QP, or DRAINED), 0 otherwise; a QP never exists in a state the man page
+ *       says has none, except inside qp_ready;
  *  (D2) every completion names a WR posted successfully on that queue's current QP, and
  *       comes at most once: none after the QP was destroyed, after DRAINED (trace record),
  *       after destroy / abort / release; with the WR's opcode, byte_len 0 unless SUCCESS,
@@ -73,7 +74,20 @@
  *       pattern of the memory its rkey names; a write's bytes are in the target's memory;
  *  (D5) MRs: reg_mr works on a queue that has a QP while every device is up, gives distinct
  *       non-zero keys; MRs are invalid after device_removed; once settled the sim holds
- *       exactly the MRs the live queues hold valid, and none at the end.
+ *       exactly the MRs the live queues hold valid, and none at the end;
+ *  (D6) a work queue completes in post order (the send queue's WRs, the receives): no WR
+ *       still outstanding completes after a later one of its queue, unless HOLD reordered;
+ *  (D7) lists (qsm_conn_post_list of 2..LIST_MAX sends, writes and reads, signaled or not,
+ *       INLINE within the class's max_inline_data or beyond it, SEND_WITH_IMM and
+ *       WRITE_WITH_IMM among them) are checked whole: a bad WR anywhere (flags, SGEs, opcode,
+ *       INLINE on a READ or beyond max_inline_data) is -EINVAL, more WRs than the send slots
+ *       left is -ENOBUFS (exactly once settled, else maybe), and either posts none (*posted 0,
+ *       no completion ever) or, 0, all n (*posted n), each then outstanding, holding its slot
+ *       and completing as a single post does (D2, D3, D6); a receive a WITH_IMM used carries
+ *       its imm_data (WITH_IMM; the message's number), a WRITE_WITH_IMM's says
+ *       RECV_RDMA_WITH_IMM with the bytes written and leaves its memory as it was; every
+ *       other completion has no wc_flags, imm_data or invalidated_rkey; an INLINE WR never
+ *       fails with LOC_PROT_ERR (it needs no lkey).
  */
 
 #define MS 1000000ull
@@ -125,7 +139,7 @@ int sim_release(void);
 
 #define NRSLOT 10               /* receive slots (more than max_recv_wr: -ENOMEM is tried) */
 
-#define NSSLOT 2                /* send / write sources */
+#define NSSLOT 8                /* send / write sources: a list of LIST_MAX has one each */
 
 #define NWSLOT 8                /* remotely writable slots */
 
@@ -146,6 +160,8 @@ int sim_release(void);
 #define RD_OFF (RO_OFF + RO_LEN)
 
 #define BUF_LEN (RD_OFF + NLSLOT * SLOT)
+
+#define LIST_MAX 6              /* the longest list of WRs one post call takes */
 
 #define HDR 16u                 /* magic, length, message sequence number */
 
@@ -186,8 +202,11 @@ struct wrec {
 	uint32_t toff;          /* write / read: offset in the target's area */
 	int32_t target;         /* write / read: the rec whose memory the rkey names, or -1 */
 	uint8_t kind, st, nsge;
+	uint8_t op;             /* its opcode (enum qsm_wr_opcode), WITH_IMM ones included */
 	int8_t slot;            /* receive / read landing slot, or -1 */
 	bool signaled, required, must_fail, in_err, hold_armed, check;
+	bool inl;               /* QSM_POST_INLINE: no lkey needed */
+	bool passed;            /* a later WR of its work queue completed: none may come for it */
 	bool sq_held;           /* holds a send queue slot: until its completion, or a later one's */
 	bool local_ok;          /* its SGEs are covered by the queue's valid local MR */
 	uint32_t lkey;          /* the lkey of its SGEs (0: none) */
@@ -199,6 +218,7 @@ struct msg {
 	int32_t sender;
 	uint32_t len;
 	uint8_t kind;           /* K_SEND, K_WRITE, or K_COUNT: never posted */
+	uint8_t imm;            /* QSM_WR_SEND_WITH_IMM / QSM_WR_RDMA_WRITE_WITH_IMM: imm_data carries it */
 	uint8_t received;
 };
 
@@ -208,11 +228,13 @@ extern unsigned nmsgs, msgs_cap;
 /* Per class: the QP caps it asks for (as the runtime resolves them through super). */
 struct cinfo {
 	const struct qsm_class *cls;
-	uint32_t max_recv_wr, send_sge, recv_sge, max_send_wr;
+	uint32_t max_recv_wr, send_sge, recv_sge, max_send_wr, max_inline;
 };
 
 struct data_stats {
 	unsigned posted[K_COUNT], post_calls, enotconn, einval, enobufs, sq_full, must_fail;
+	unsigned lists, list_wrs, list_einval, list_enobufs, list_enobufs_strict, list_enotconn, imm_posted, inline_posted;
+	unsigned imm_checked, order_checked;
 	unsigned completions, ok, flushed, errors, discarded, drained, drained_strict;
 	unsigned recv_checked, recv_empty, read_checked, write_checked, regs, deregs, enodev_tolerated;
 };
@@ -334,9 +356,24 @@ bool doc_no_qp(const struct rec *r);
 
 #define MAYBE_ENOBUFS 1
 
+/* A send, write or read being built, alone or as one WR of a list (D1, D7). */
+struct spost {
+	unsigned wi;            /* its wrec */
+	uint64_t wr_id, raddr;
+	uint32_t rkey, imm;
+	unsigned flags;
+	int nsge, slot;         /* slot: the read landing slot it took, or -1 */
+	bool door_bad;          /* -EINVAL at the door: flags, SGE count, opcode, INLINE on a READ */
+	bool cap_bad;           /* -EINVAL from the QP's caps: SGEs, INLINE beyond max_inline_data */
+	struct qsm_sge sge[QSM_MAX_SGE + 1];
+};
+
 extern bool settled;
 int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq);
+int expect_list(struct rec *r, const struct spost *p, unsigned n, int *sq);
 struct wrec *wr_add(struct rec *r, int kind, uint64_t *wr_id);
+bool post_ok(struct rec *r, int kind, unsigned n, int want, int got, int sq, int nsge);
+void post_took(struct rec *r, struct wrec *w, int sq);
 bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge);
 int free_slot(unsigned used, int n);
 int lay_out(struct qsm_sge *sge, uint8_t *base, uint32_t len, uint32_t lkey, uint32_t max_sge);
@@ -346,13 +383,21 @@ void build_msg(uint8_t *out, uint64_t seq, uint32_t len);
 uint64_t new_msg(void);
 int odd_nsge(const struct rec *r, int kind, int nsge, struct qsm_sge *sge);
 void op_recv(struct rec *r);
-unsigned post_flags(struct wrec *w, bool *bad_flags);
+unsigned post_flags(struct wrec *w, bool *bad_flags, bool read);
+bool credit(const struct rec *r, unsigned used);
+bool prep_send(struct rec *r, bool force, bool in_list, struct spost *p);
 void op_send(struct rec *r, bool force);
 struct rec *rdma_target(struct rec *r);
+void prep_rdma(struct rec *r, bool write, bool in_list, struct spost *p);
+void post_done(struct rec *r, struct spost *p, bool ok);
+void post_one(struct rec *r, struct spost *p);
 void op_rdma(struct rec *r, bool write);
+void op_list(struct rec *r, bool plain_writes);
 void data_op(struct rec *r);
 void qp_created(struct rec *r);
 void check_recv_data(struct rec *r, const struct wrec *w, const struct qsm_wc *wc, unsigned wi);
+void check_recv_imm(struct rec *r, const struct wrec *w, const struct qsm_wc *wc, unsigned wi);
+void check_order(struct rec *r, struct wrec *w, unsigned wi);
 void check_rdma_data(const struct wrec *w, const struct qsm_wc *wc, unsigned wi);
 void check_completion(struct rec *r, const struct qsm_wc *wc);
 
