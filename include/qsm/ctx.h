@@ -55,7 +55,7 @@ struct qsm_state_handlers {
 /*
  * Taken from the first class up the super chain that sets max_send_wr or max_recv_wr.
  * max_inline_data goes as is into the real fabric's rdma_create_qp() caps (the device may
- * refuse it); the sim ignores it, and no post sends inline: there is no inline flag.
+ * refuse it); both fabrics refuse a QSM_POST_INLINE send beyond it with -EINVAL.
  */
 struct qsm_qp_caps {
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;

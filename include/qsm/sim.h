@@ -68,8 +68,9 @@ extern "C" {
  *   consequences).  Flushes carry the work request's opcode, which hardware leaves
  *   undefined: do not rely on it.  The class's QP caps (struct qsm_qp_caps) are
  *   enforced: nsge up to max_send_sge / max_recv_sge (0 means 1; never more than
- *   QSM_MAX_SGE), else -EINVAL; more than max_recv_wr receives outstanding is
- *   -ENOMEM.  max_inline_data is ignored: the sim has no inline sends.  When the
+ *   QSM_MAX_SGE), else -EINVAL; more than max_recv_wr receives, or max_send_wr send
+ *   WRs, outstanding is -ENOBUFS; QSM_POST_INLINE beyond max_inline_data (or on a
+ *   READ) is -EINVAL, as on the real fabric.  When the
  *   library destroys a QP (on the edges into RECONNECT_WAIT and CLOSED, and after
  *   device_removed) its work requests and the completions not yet taken are
  *   discarded, as ibv_destroy_qp does.
