@@ -41,8 +41,9 @@
 
 	# Event classes that share an edge.
 	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
-	# The QP failed: a fatal async event, or an error completion (not a flush).
-	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR;
+	# The QP failed: a fatal async event, an error completion (not a flush), or -- on an SRQ --
+	# LAST_WQE, which a QP reports only once it is in ERR.
+	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
 	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE;
 	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE;
 

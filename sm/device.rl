@@ -11,6 +11,7 @@
 	action release_sentinel { QSM_SM_DEVICE_ACT(QSM_ACT_RELEASE_SENTINEL); }
 	action notify_queues    { QSM_SM_DEVICE_ACT(QSM_ACT_NOTIFY_QUEUES); }
 	action release_registry { QSM_SM_DEVICE_ACT(QSM_ACT_RELEASE_REGISTRY); }
+	action srq_low          { QSM_SM_DEVICE_ACT(QSM_ACT_SRQ_LOW); }
 
 	action IN_USE    { QSM_SM_TO(QSM_DEVICE_IN_USE); }
 	action REMOVING  { QSM_SM_TO(QSM_DEVICE_REMOVING); }
@@ -19,14 +20,17 @@
 	main := (
 	start:
 	# In the registry: at least one queue uses it; its sentinel is bound.
+	# Its SRQs (one per class that asks) fire SRQ_LIMIT here: the class's srq_low posts more.
 	InUse: (
 		QSM_EV_DEVICE_REMOVAL  @release_sentinel @notify_queues   -> Removing |
+		QSM_EV_SRQ_LIMIT       @srq_low                           -> InUse |
 		QSM_EV_DESTROY         @release_registry                  -> Closed
 	) >~IN_USE,
 
 	# Going away: every queue on it takes its DEVICE_REMOVAL edge; the device stays out of
 	# the registry's reach (a new attach makes a new entry) until the last one has let go.
 	Removing: (
+		QSM_EV_SRQ_LIMIT                                          -> Removing |
 		QSM_EV_DESTROY         @release_registry                  -> Closed
 	) >~REMOVING,
 

@@ -17,9 +17,10 @@
 	action DESTROYED { QSM_SM_TO(QSM_QP_DESTROYED); }
 
 	# Any state may be modified to RESET or ERR (IB spec 10.3.1); a fatal
-	# async event or a non-flush error completion puts the QP in ERR.
+	# async event or a non-flush error completion puts the QP in ERR; LAST_WQE (a QP on an
+	# SRQ) says it is there.
 	to_reset = QSM_EV_QP_TO_RESET;
-	broken   = QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL | QSM_EV_WC_ERROR;
+	broken   = QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
 	gone     = QSM_EV_DESTROY | QSM_EV_DEVICE_REMOVAL;
 
 	main := (
@@ -35,7 +36,7 @@
 		QSM_EV_QP_TO_INIT                         -> Init |
 		QSM_EV_QP_TO_RTR                          -> Rtr |
 		to_reset                                  -> Reset |
-		( QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL )    -> Err |
+		( QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL | QSM_EV_LAST_WQE ) -> Err |
 		gone                                      -> Destroyed
 	) >~INIT,
 

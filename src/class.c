@@ -80,11 +80,14 @@ const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_cl
 	RESOLVE(vt->qp_ready, c, qp_ready);
 	RESOLVE(vt->completion, c, completion);
 	RESOLVE(vt->release, c, release);
+	RESOLVE(vt->srq_low, c, srq_low);
 	/* the largest priv_size along the chain: a subclass embeds its super's struct */
 	for (const struct qsm_class *k = c; k; k = k->super)
 		if (k->priv_size > vt->priv_size)
 			vt->priv_size = k->priv_size;
 	resolve_qp(&vt->qp, c);
+	for (const struct qsm_class *k = c; k && !vt->srq.max_wr; k = k->super)
+		vt->srq = k->srq;   /* the first class that asks for an SRQ, as its whole */
 	vt->next = ctx->vtables;
 	ctx->vtables = vt;
 	return vt;

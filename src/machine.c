@@ -61,6 +61,7 @@ static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_RELEASE_SENTINEL] = "release_sentinel",
 	[QSM_ACT_NOTIFY_QUEUES] = "notify_queues",
 	[QSM_ACT_RELEASE_REGISTRY] = "release_registry",
+	[QSM_ACT_SRQ_LOW] = "srq_low",
 };
 
 const char *qsm_event_name(int event)

@@ -67,7 +67,16 @@ struct qsm_device {
 	struct qsm_list pool_regs;  /* struct qsm_pool_reg.dev_node */
 	struct qsm_fid *sentinel;   /* bound to the device: DEVICE_REMOVAL even in the gap */
 	struct qsm_list conns;      /* queues attached (by qsm_conn.dev_node) */
+	struct qsm_list srqs;       /* struct qsm_srq: one per class that asks (registry/srq.c) */
 	uint8_t state;              /* its machine's (sm/device.rl) */
+};
+
+/* A shared receive queue of a device of the registry, for the queues of one class. */
+struct qsm_srq {
+	struct qsm_list node;       /* in qsm_device.srqs */
+	struct qsm_device *dev;
+	const struct qsm_vtable *vt;
+	struct qsm_fsrq *fsrq;
 };
 
 /* A class with every slot looked up through its supers once: the hot path reads this. */
@@ -79,6 +88,8 @@ struct qsm_vtable {
 	void (*release)(struct qsm_conn *q);
 	size_t priv_size;
 	struct qsm_fabric_qp_attr qp;    /* caps of the QP its queues create */
+	struct qsm_srq_caps srq;         /* max_wr 0: no SRQ */
+	void (*srq_low)(struct qsm_srq *s);
 	struct qsm_vtable *next;
 };
 
@@ -100,6 +111,7 @@ struct qsm_conn {
 	uint8_t pdata_len;          /* connect / accept / reject private data */
 	struct qsm_fid *id;
 	struct qsm_device *dev;
+	struct qsm_srq *srq;         /* its QP's SRQ (its class asks for one), while it has a QP */
 	struct qsm_list dev_node;
 	struct qsm_timer timer;
 	uint32_t attempts;
@@ -163,6 +175,7 @@ struct qsm_pool_reg {
 struct qsm_item {
 	struct qsm_obj *target;
 	struct qsm_fid *id;         /* fabric events: the id it came on; else NULL */
+	struct qsm_fsrq *srq;       /* SRQ_LIMIT: the SRQ */
 	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;
@@ -381,6 +394,11 @@ void qsm_pools_attach_device(struct qsm_device *d);
 void qsm_pools_detach_device(struct qsm_device *d);
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
 bool qsm_mr_args_valid(const void *addr, size_t len, int access);
+
+/* registry/srq.c: a queue's QP on its class's SRQ of its device (made when first asked) */
+int qsm_srq_for(struct qsm_conn *q, struct qsm_fsrq **fsrq);
+void qsm_srqs_release(struct qsm_device *d);
+void qsm_srq_limit(struct qsm_device *d, struct qsm_fsrq *fsrq);
 
 /* registry/device.c */
 int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev);

@@ -111,7 +111,7 @@ static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int
 		QSM_SM_ACT(a); \
 	} while (0)
 #define QSM_SM_DEVICE_ACT(a) do { \
-		_Static_assert((int)(a) >= QSM_ACT_RELEASE_SENTINEL && (int)(a) <= QSM_ACT_RELEASE_REGISTRY, \
+		_Static_assert((int)(a) >= QSM_ACT_RELEASE_SENTINEL && (int)(a) <= QSM_ACT_SRQ_LOW, \
 			       #a " is not a device action"); \
 		QSM_SM_ACT(a); \
 	} while (0)

@@ -1436,8 +1436,12 @@ static int srq_recv(struct qsm_fsrq *srq, uint64_t wr_id, const struct region *r
 static void send_lands(struct qsm_fid *a, void *owner, struct region *rs, uint64_t wr_id, void *sowner,
 		       uint32_t len)
 {
+	struct qsm_fabric_wc *wc;
+
 	ck_assert_int_eq(post_send1(fc, a, 1, sge(rs, 0, len)), 0);
-	ck_assert_uint_eq(expect_wc(fs, sowner, wr_id, QSM_WC_SUCCESS, QSM_WR_RECV)->byte_len, len);
+	wc = expect_wc(fs, sowner, wr_id, QSM_WC_SUCCESS, QSM_WR_RECV);
+	ck_assert_uint_eq(wc->byte_len, len);
+	ck_assert_uint_eq(wc->wc_flags, QSM_WC_SRQ);   /* the SRQ's: its buffer goes back there */
 	expect_wc(fc, owner, 1, QSM_WC_SUCCESS, QSM_WR_SEND);
 }
 
@@ -1470,25 +1474,20 @@ START_TEST(test_srq_receives_go_in_post_order_to_whichever_qp_a_send_lands_on_an
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(srq_recv(srq, 200 + i, &rd, 8 * i), 0);
 	ck_assert_int_eq(srq_recv(srq, 204, &rd, 0), -ENOBUFS);
-	/* p1 errs: none of the SRQ's receives flushes (they are the SRQ's), LAST_WQE may say so */
+	/* p1 errs: none of the SRQ's receives flushes (they are the SRQ's).  Drained once the
+	 * marker flushed and LAST_WQE came: LAST_WQE, then DRAINED; a device that never says
+	 * LAST_WQE never says DRAINED either (the runtime's drain timeout ends that wait). */
 	ck_assert_int_eq(fs->ops->drain(p1), 0);
-	for (;;) {
-		int r = next_event(fs, contract_fx->event_wait_ms);
-
-		ck_assert_int_eq(r, 0);
+	if (next_event(fs, contract_fx->event_wait_ms) == 0) {
+		ck_assert_int_eq(ev.event, QSM_EV_LAST_WQE);
 		ck_assert_ptr_eq(ev.owner, &SRV);
-		if (ev.event == QSM_EV_LAST_WQE && !last_wqe) {
-			last_wqe = true;
-			continue;
-		}
-		ck_assert_int_eq(ev.event, QSM_EV_DRAINED);
-		break;
-	}
-	if (contract_fx->last_wqe && !last_wqe) {
-		expect(fs, QSM_EV_LAST_WQE, &SRV);
 		last_wqe = true;
+		expect(fs, QSM_EV_DRAINED, &SRV);
 	}
 	ck_assert(last_wqe || !contract_fx->last_wqe);
+	if (!contract_fx->last_wqe)
+		fprintf(stderr, "contract (%s): a QP on an SRQ in ERR: LAST_WQE %s\n", contract_fx->name,
+			last_wqe ? "came, then DRAINED" : "never came, nor DRAINED");
 	expect_none(fs);
 	/* still there for p2 */
 	send_lands(a2, &CLI2, &rs2, 200, &SRV2, 3);

@@ -57,6 +57,13 @@ struct qsm_state_handlers {
  * max_inline_data goes as is into the real fabric's rdma_create_qp() caps (the device may
  * refuse it); both fabrics refuse a QSM_POST_INLINE send beyond it with -EINVAL.
  */
+/* max_sge 0 means 1; limit 0: srq_low only when the SRQ is made. */
+struct qsm_srq_caps {
+	uint32_t max_wr, max_sge, limit;
+};
+
+struct qsm_srq;
+
 struct qsm_qp_caps {
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 };
@@ -88,6 +95,12 @@ struct qsm_class {
 	 * made after qsm_conn_destroy() or a non-zero return: then you cleaned up already. */
 	void (*release)(struct qsm_conn *q);
 	struct qsm_qp_caps qp;                             /* 0 = library default */
+	/* max_wr > 0: the class's queues take their receives from one SRQ per device (qsm/data.h;
+	 * qp.max_recv_wr and max_recv_sge are then unused).  Taken from the first class up the
+	 * super chain that sets max_wr, as qp is. */
+	struct qsm_srq_caps srq;
+	/* The SRQ needs receives: it was just made (none posted), or fewer than srq.limit are. */
+	void (*srq_low)(struct qsm_srq *s);
 };
 
 extern const struct qsm_class qsm_base_class;
@@ -149,6 +162,7 @@ struct qsm_counters {
 	                                    shrinks back once a dispatch pass empties it */
 	uint64_t exhausted;              /* reconnect attempts that failed for lack of a resource
 	                                    (see max_exhausted) */
+	uint64_t srqs_live;              /* shared receive queues the registry's devices hold */
 };
 
 struct qsm_trace_record {

@@ -68,6 +68,7 @@ struct qsm_sge {
 /* wc_flags of a completion, as IBV_WC_WITH_IMM / IBV_WC_WITH_INV (mapped, not equal). */
 #define QSM_WC_WITH_IMM 1            /* imm_data is the sender's */
 #define QSM_WC_WITH_INV 2            /* the peer invalidated invalidated_rkey (SEND_WITH_INV) */
+#define QSM_WC_SRQ 4                 /* a receive of the queue's SRQ: its buffer goes back there */
 
 struct qsm_wc {
 	uint64_t wr_id;
@@ -123,6 +124,10 @@ int qsm_mr_valid(const struct qsm_mr *mr);
 int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret);
 int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
 		  uint32_t *rkey);
+struct qsm_srq;
+/* The pool's keys on an SRQ's device (qsm_srq_post_recv(3)): for its srq_low handler. */
+int qsm_pool_srq_keys(const struct qsm_pool *pool, const struct qsm_srq *s, uint32_t *lkey,
+		      uint32_t *rkey);
 /* Deregisters it on every device and frees it; no queue may still use its keys. */
 int qsm_pool_dereg(struct qsm_pool *pool);
 
@@ -154,6 +159,26 @@ int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
  * posted: n when 0 is returned, else what a negative errno left posted (0 but for the device).
  */
 int qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
+
+/*
+ * Shared receive queues (qsm_srq(3)).  A class whose srq.max_wr is not 0 gives its queues one
+ * SRQ per device per ctx: their QPs take their receives from it (qsm_conn_post_recv() is then
+ * -EINVAL), and a receive completes on whichever queue's QP took it, with QSM_WC_SRQ in its
+ * wc_flags.  The SRQ is made with the first such queue's QP on the device, when the class's
+ * srq_low handler is called to fill it, and again whenever fewer than srq.limit receives are
+ * posted (then the limit is armed again).  It goes when the device leaves the ctx's registry
+ * (its last queue let go, or it was removed and every queue released it): what is still posted
+ * goes with it, with no completion, as with a destroyed QP.
+ */
+struct qsm_srq;
+/* The SRQ of the queue's QP, or NULL (no QP now, or its class has none). */
+struct qsm_srq *qsm_conn_srq(const struct qsm_conn *q);
+/* -EINVAL bad arguments (SGEs beyond srq.max_sge), -ENOBUFS max_wr receives outstanding,
+ * -ENODEV its device is being removed; else what the device says. */
+int qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sge, int nsge);
+struct qsm_ctx *qsm_srq_ctx(const struct qsm_srq *s);
+/* The name of its device ("rxe0"), for the srq_low handler. */
+const char *qsm_srq_device_name(const struct qsm_srq *s);
 
 #ifdef __cplusplus
 }

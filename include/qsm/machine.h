@@ -112,9 +112,10 @@ enum qsm_listener_action {
 enum qsm_device_action {
 	QSM_ACT_RELEASE_SENTINEL = QSM_ACT_RELEASE_LISTENER + 1, /* destroy the sentinel id */
 	QSM_ACT_NOTIFY_QUEUES,      /* DEVICE_REMOVAL to every queue on the device */
-	QSM_ACT_RELEASE_REGISTRY,   /* its pools' registrations, sentinel, device reference */
+	QSM_ACT_RELEASE_REGISTRY,   /* its pools' registrations, SRQs, sentinel, device reference */
+	QSM_ACT_SRQ_LOW,            /* the SRQ that fired: its class's srq_low, the limit armed again */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_RELEASE_REGISTRY + 1)
+#define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 1)
 
 /* At most this many actions on one edge (the build refuses a .rl edge with more). */
 #define QSM_EDGE_MAX_ACTIONS 6

@@ -243,6 +243,7 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
 	}
 	it->target = target;
 	it->id = ev.id;
+	it->srq = ev.srq;
 	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;

@@ -92,6 +92,7 @@ int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
 {
 	qsm_check(q && check_sge(sge, nsge) >= 0, -EINVAL);
+	qsm_check(!q->vt->srq.max_wr, -EINVAL);   /* its receives are its SRQ's (qsm_srq_post_recv) */
 	if (q->dead)
 		return -ESTALE;
 	if (!q->id || !qsm_conn_has_qp(q) || draining(q))

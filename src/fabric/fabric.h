@@ -105,12 +105,15 @@ struct qsm_fsrq;         /* a shared receive queue on a device (ibv_srq) */
  *   A QP in ERR flushes no receive of the SRQ: they stay there for the other QPs.
  * - QSM_EV_LAST_WQE (owner the QP id's owner) says a QP on an SRQ that is in ERR will take no
  *   more receives from it (IBV_EVENT_QP_LAST_WQE_REACHED).  The sim reports it when the QP
- *   enters ERR; rdmacm passes on what the device reports (soft-RoCE may never), so the drain
- *   of such a QP is bounded by a timeout above, not by this event.
+ *   enters ERR; rdmacm passes on what the device reports (soft-RoCE may never), once per QP.
  * - arm_srq(limit) asks for one QSM_EV_SRQ_LIMIT (owner the SRQ's owner, id NULL) once fewer
  *   than `limit` receives are posted; it is then disarmed (IBV_EVENT_SRQ_LIMIT_REACHED).
  *   limit 0 disarms it.
- * - Drain of a QP on an SRQ: DRAINED when the marker posted to its send queue flushes.
+ * - Drain of a QP on an SRQ: DRAINED when the marker posted to its send queue has flushed and
+ *   LAST_WQE has come, after both (the kernel's ib_drain_qp waits for LAST_WQE too: a receive
+ *   the QP took from the SRQ may complete until then).  A device that never reports LAST_WQE
+ *   never reports that DRAINED either: the runtime's drain timeout (the TIMEOUT edge of
+ *   DRAINING and CLOSING) bounds the wait.
  */
 
 /*

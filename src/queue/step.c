@@ -85,6 +85,7 @@ static int queue_wc_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 	q->wc_error_queued = true;
 	/* its id: stale, like the completion, once the queue lets go of the id */
 	wce.id = c->id;
+	wce.srq = NULL;
 	wce.event = QSM_EV_WC_ERROR;
 	wce.status = -EIO;
 	wce.pdata_len = 0;
@@ -111,6 +112,7 @@ static void release_id(struct qsm_conn *q)
 	q->ctx->ops->destroy_id(q->id);
 	q->obj.id_gen++;
 	q->id = NULL;
+	q->srq = NULL;
 }
 
 /* A call that failed now is fed back as the event its asynchronous failure would be. */
@@ -122,11 +124,17 @@ static void feed_back(struct qsm_conn *q, int event, int err)
 
 static int create_qp(struct qsm_conn *q)
 {
+	struct qsm_fabric_qp_attr attr = q->vt->qp;
 	int r;
 
-	r = q->ctx->ops->create_qp(q->id, &q->vt->qp);
-	if (r < 0)
+	/* on its class's SRQ of the device, if it asks for one: made now if this is the first */
+	if ((r = qsm_srq_for(q, &attr.srq)) < 0)
 		return r;
+	r = q->ctx->ops->create_qp(q->id, &attr);
+	if (r < 0) {
+		q->srq = NULL;
+		return r;
+	}
 	q->qp_state = (uint8_t)qsm_sm_qp.start_state;
 	q->wc_error_queued = false;   /* a new QP: its first error completion is a WC_ERROR */
 	qp_feed(q, QSM_EV_QP_TO_INIT);
@@ -358,6 +366,7 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 
 	it.target = &q->obj;
 	it.id = NULL;
+	it.srq = NULL;
 	it.gen = q->obj.id_gen;
 	it.event = event;
 	it.status = status;
@@ -390,7 +399,8 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		return;
 	}
 	/* what the QP itself went through, before the queue's machine hears of it */
-	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED)
+	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED ||
+	    it->event == QSM_EV_LAST_WQE)
 		qp_feed(q, it->event);
 	step_item(q, it);
 }

@@ -74,6 +74,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		d->fdev = fdev;
 		qsm_list_init(&d->conns);
 		qsm_list_init(&d->pool_regs);
+		qsm_list_init(&d->srqs);
 		open_sentinel(d);
 		if (!d->sentinel) {
 			/* Nothing would tell a queue in the gap that this device went away (it may
@@ -92,7 +93,8 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 	return 0;
 }
 
-static void run_action(struct qsm_device *d, enum qsm_device_action a, int status)
+static void run_action(struct qsm_device *d, enum qsm_device_action a, int status,
+		       struct qsm_fsrq *srq)
 {
 	struct qsm_ctx *ctx = d->ctx;
 
@@ -113,10 +115,14 @@ static void run_action(struct qsm_device *d, enum qsm_device_action a, int statu
 		break;
 	case QSM_ACT_RELEASE_REGISTRY:
 		qsm_pools_detach_device(d);
-		run_action(d, QSM_ACT_RELEASE_SENTINEL, status);
+		qsm_srqs_release(d);   /* no queue is on the device: no QP is on them */
+		run_action(d, QSM_ACT_RELEASE_SENTINEL, status, NULL);
 		ctx->ops->device_put(d->fdev);
 		qsm_list_del(&d->obj.node);
 		ctx->counters.devices_live--;
+		break;
+	case QSM_ACT_SRQ_LOW:
+		qsm_srq_limit(d, srq);
 		break;
 	}
 }
@@ -128,7 +134,7 @@ static const char *state_name(int s)
 
 /* One event through the device's machine (sm/device.rl).  DESTROY is the registry's own,
  * taken at once when the last queue lets go (or the ctx goes), not from the FIFO. */
-static void step(struct qsm_device *d, int event, int status)
+static void step(struct qsm_device *d, int event, int status, struct qsm_fsrq *srq)
 {
 	struct qsm_ctx *ctx = d->ctx;
 	const char *name = ctx->ops->device_name(d->fdev);
@@ -142,7 +148,7 @@ static void step(struct qsm_device *d, int event, int status)
 		return;
 	}
 	for (unsigned int i = 0; i < edge.nactions; i++)
-		run_action(d, (enum qsm_device_action)edge.actions[i], status);
+		run_action(d, (enum qsm_device_action)edge.actions[i], status, srq);
 	qsm_trace(ctx, "device", name, d->obj.serial, state_name(d->state), event,
 		  state_name(edge.target), status);
 	ctx->counters.transitions++;
@@ -158,7 +164,7 @@ static void device_close(struct qsm_device *d)
 	d->ctx->counters.device_closes++;
 	d->ctx->counters.dispatched++;
 	d->ctx->counters.events[QSM_EV_DESTROY]++;
-	step(d, QSM_EV_DESTROY, 0);
+	step(d, QSM_EV_DESTROY, 0, NULL);
 }
 
 void qsm_device_detach(struct qsm_conn *q)
@@ -176,7 +182,7 @@ void qsm_device_detach(struct qsm_conn *q)
 	}
 }
 
-/* The sentinel's DEVICE_REMOVAL: every queue on the device takes its edge. */
+/* The sentinel's DEVICE_REMOVAL (every queue on the device takes its edge), or an SRQ's limit. */
 static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
 	struct qsm_device *d = qsm_container_of(o, struct qsm_device, obj);
@@ -188,7 +194,7 @@ static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 	}
 	ctx->counters.dispatched++;
 	ctx->counters.events[it->event]++;
-	step(d, it->event, it->status);
+	step(d, it->event, it->status, it->srq);
 }
 
 static void device_teardown(struct qsm_obj *o)

@@ -73,16 +73,16 @@ int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, st
 	return 0;
 }
 
-int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
-		  uint32_t *rkey)
+/* The pool's keys on a device of the registry (NULL: none): 0, or -ENODEV. */
+static int keys_on(const struct qsm_pool *pool, const struct qsm_device *d, uint32_t *lkey,
+		   uint32_t *rkey)
 {
 	const struct qsm_list *n;
 
-	qsm_check(pool && q && !(q->ctx != pool->ctx), -EINVAL);
 	for (n = pool->regs.next; n != &pool->regs; n = n->next) {
 		const struct qsm_pool_reg *reg = qsm_container_of(n, struct qsm_pool_reg, pool_node);
 
-		if (reg->dev == q->dev && qsm_device_usable(reg->dev)) {
+		if (d && reg->dev == d && qsm_device_usable(reg->dev)) {
 			if (lkey)
 				*lkey = reg->lkey;
 			if (rkey)
@@ -91,6 +91,20 @@ int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_
 		}
 	}
 	return -ENODEV;
+}
+
+int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
+		  uint32_t *rkey)
+{
+	qsm_check(pool && q && !(q->ctx != pool->ctx), -EINVAL);
+	return keys_on(pool, q->dev, lkey, rkey);
+}
+
+int qsm_pool_srq_keys(const struct qsm_pool *pool, const struct qsm_srq *s, uint32_t *lkey,
+		      uint32_t *rkey)
+{
+	qsm_check(pool && s && !(s->dev->ctx != pool->ctx), -EINVAL);
+	return keys_on(pool, s->dev, lkey, rkey);
 }
 
 int qsm_pool_dereg(struct qsm_pool *pool)

@@ -10,9 +10,15 @@
  * (unexpected 0) and no attempt ran out of a resource (exhausted 0).  The queues use the default
  * caps (64/64): with N=1000 (scenarios/scale.sh) the fabric needs several CQs per device.
  *
+ * With QSM_REMOVAL_SRQ=1 the server's queues take their receives from one SRQ per device
+ * (qsm_srq_post_recv(3)), filled from a pool by its srq_low handler: the SRQ is made with the
+ * first QP, released with the device at removal, made again after the re-add, and gone at the
+ * end (srqs_live 0).
+ *
  *   removal [N [TRACE_FILE]]     N queues (default 100); trace to TRACE_FILE ("-" = stdout,
  *                                default: no trace).  Env: QSM_VM_DEV (rxe0), QSM_VM_NETDEV
- *                                (veth0), QSM_VM_ADDR (192.0.2.1), QSM_REMOVAL_PORT (7471).
+ *                                (veth0), QSM_VM_ADDR (192.0.2.1), QSM_REMOVAL_PORT (7471),
+ *                                QSM_REMOVAL_SRQ (0).
  * Exit 0 only if every check passed.  Needs root (rdma link) and a soft-RoCE device.
  */
 #include <errno.h>
@@ -212,6 +218,103 @@ static const struct qsm_class server_class = {
 	.completion = server_completion,
 };
 
+/* ---- the server on an SRQ (QSM_REMOVAL_SRQ=1): receives from a pool, echoes from the queue ---- */
+
+#define SRQ_MAX 4096
+static char (*srq_buf)[MSG_LEN];
+static bool *srq_posted;
+static unsigned srq_n, srq_lows, srq_recvs;
+static struct qsm_pool *srq_pool;
+
+static int srq_post(struct qsm_srq *s, unsigned i)
+{
+	uint32_t lkey, rkey;
+	struct qsm_sge sge;
+
+	if (qsm_pool_srq_keys(srq_pool, s, &lkey, &rkey) < 0)
+		return -ENODEV;
+	sge = (struct qsm_sge){ (uintptr_t)srq_buf[i], MSG_LEN, lkey };
+	if (qsm_srq_post_recv(s, i, &sge, 1) < 0)
+		return -1;
+	srq_posted[i] = true;
+	return 0;
+}
+
+/* A new SRQ (the first QP on the device, again after the re-add): every buffer goes to it. */
+static void server_srq_low(struct qsm_srq *s)
+{
+	srq_lows++;
+	for (unsigned i = 0; i < srq_n; i++) {
+		srq_posted[i] = false;   /* a new SRQ: the old one's went with it */
+		if (srq_post(s, i) < 0)
+			server_errors++;
+	}
+}
+
+static int server_srq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct vm_echo *e = qsm_conn_priv(q);
+
+	(void)ev;
+	if (!qsm_conn_srq(q) || vm_reg_buffer(q, &e->mr, e, sizeof(*e)) < 0)
+		server_errors++;
+	return 0;
+}
+
+static int server_srq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	struct vm_echo *e = qsm_conn_priv(q);
+	struct qsm_sge ss;
+
+	if (!(wc->wc_flags & QSM_WC_SRQ)) {   /* an echo's send */
+		if (wc->status != QSM_WC_SUCCESS && wc->status != QSM_WC_WR_FLUSH_ERR)
+			server_errors++;
+		return 0;
+	}
+	srq_posted[wc->wr_id] = false;
+	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+		return 0;
+	if (wc->status != QSM_WC_SUCCESS) {
+		server_errors++;
+		return 0;
+	}
+	srq_recvs++;
+	srq_buf[wc->wr_id][MSG_LEN - 1] = 0;   /* the peer's message may lack its NUL */
+	snprintf(e->sbuf, sizeof(e->sbuf), "echo: %s", srq_buf[wc->wr_id]);
+	ss = vm_sge(e->sbuf, (uint32_t)strlen(e->sbuf) + 1, e->mr);
+	/* the buffer back to the SRQ before the echo: the peer may send again at once */
+	if (srq_post(qsm_conn_srq(q), (unsigned)wc->wr_id) < 0 ||
+	    qsm_conn_post_send(q, VM_ECHO_WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
+		server_errors++;
+	else
+		server_echoes++;
+	return 0;
+}
+
+static struct qsm_class server_srq_class = {
+	.name = "removal_server_srq",
+	.super = &qsm_base_class,
+	.priv_size = sizeof(struct vm_echo),
+	.qp_ready = server_srq_qp_ready,
+	.completion = server_srq_completion,
+	.srq_low = server_srq_low,
+};
+
+/* The SRQ's buffers, a pool of the server's ctx: one per queue, and some more. */
+static int srq_mode(struct qsm_ctx *server, unsigned n)
+{
+	srq_n = n + 64 < SRQ_MAX ? n + 64 : SRQ_MAX;
+	srq_buf = calloc(srq_n, MSG_LEN);
+	srq_posted = calloc(srq_n, sizeof(*srq_posted));
+	if (!srq_buf || !srq_posted)
+		return -1;
+	server_srq_class.srq = (struct qsm_srq_caps){ .max_wr = srq_n, .limit = 0 };
+	if (qsm_ctx_reg_pool(server, srq_buf, (size_t)srq_n * MSG_LEN, QSM_ACCESS_LOCAL_WRITE, &srq_pool) < 0)
+		return -1;
+	printf("== the server's queues share one SRQ per device: %u receives from a pool\n", srq_n);
+	return 0;
+}
+
 static unsigned count_exchanged(const struct queue *u, unsigned n, unsigned at_least)
 {
 	unsigned c = 0;
@@ -256,6 +359,7 @@ int main(int argc, char **argv)
 	double t_data1 = -1, t_data2 = -1, t_close = -1;
 	struct queue *u;
 	unsigned removed = 0, live;
+	bool srq = strcmp(vm_env("QSM_REMOVAL_SRQ", "0"), "0") != 0;
 	int st = 0;
 
 	vm_init_stdio();
@@ -273,8 +377,10 @@ int main(int argc, char **argv)
 
 	if (vm_ctxs_new(&server, &client) < 0)
 		return 1;
+	if (srq && srq_mode(server, n) < 0)
+		return 1;
 	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
-			    .cls = &server_class, .backlog = 1024,
+			    .cls = srq ? &server_srq_class : &server_class, .backlog = 1024,
 			    .relisten = { .initial_delay_ms = 500, .max_delay_ms = 1000 } }, ip, &l) < 0)
 		return 1;
 
@@ -335,6 +441,9 @@ int main(int argc, char **argv)
 	vm_check(sc.queues_live == 0, "server passive queues closed (%llu left)", (unsigned long long)sc.queues_live);
 	vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
 	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
+	if (srq)
+		vm_check(sc.srqs_live == 0, "the server's SRQ released with the removed device (%llu left)",
+		         (unsigned long long)sc.srqs_live);
 	vm_check(qsm_listener_state(l) == QSM_LISTENER_RELISTEN_WAIT, "listener in RELISTEN_WAIT (state %d)",
 	         qsm_listener_state(l));
 	vm_check(kill(getpid(), 0) == 0, "process alive (pid %d)", (int)getpid());
@@ -386,6 +495,14 @@ int main(int argc, char **argv)
 			break;
 		vm_pump(server, client);
 	}
+	/* On an SRQ, the server's queues are drained once LAST_WQE came too; a device that never
+	 * says it (soft-RoCE may not) leaves them to the drain timeout: wait for them. */
+	while (srq && (vm_now() - t0) * 1000 < CLOSE_LIMIT_MS) {
+		qsm_ctx_counters(server, &sc);
+		if (!sc.queues_live)
+			break;
+		vm_pump(server, client);
+	}
 	{
 		unsigned closed = 0, drained = 0, flushed2 = 0, late = 0, late_post_ok = 0;
 		unsigned posted = 0, completed = 0, discarded = 0, unaccounted = 0;
@@ -425,6 +542,14 @@ int main(int argc, char **argv)
 		         "unexpected events: client %llu, server %llu; attempts out of a resource: client %llu, "
 		         "server %llu", (unsigned long long)cc.unexpected, (unsigned long long)sc.unexpected,
 		         (unsigned long long)cc.exhausted, (unsigned long long)sc.exhausted);
+		if (srq) {
+			vm_check(srq_lows == 2, "the SRQ was made twice, at the first QP and after the re-add "
+			         "(srq_low called %u times)", srq_lows);
+			vm_check(srq_recvs == server_echoes, "every SRQ receive echoed: %u received, %u echoed",
+			         srq_recvs, server_echoes);
+			vm_check(sc.srqs_live == 0, "the SRQ went with the last queue (%llu left)",
+			         (unsigned long long)sc.srqs_live);
+		}
 	}
 
 out:
@@ -443,7 +568,11 @@ out:
 				printf("   queue %u: %s, %u removals, %u attempts, %u exchanged\n", i,
 				       qsm_conn_state_name(q[i]), u[i].removals, qsm_conn_attempts(q[i]),
 				       u[i].exchanged);
+	if (srq_pool)
+		qsm_pool_dereg(srq_pool);
 	vm_ctxs_free(server, client);
+	free(srq_buf);
+	free(srq_posted);
 	free(q);
 	free(u);
 	printf("== summary: N=%u connect %.3f s, data %.3f s, delete %.3f s, all in RECONNECT_WAIT %.3f s "

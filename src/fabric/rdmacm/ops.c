@@ -140,6 +140,13 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			p->id->qp_err = true;
 			qsm_rc_wq_flush_heads(p->id);
 		}
+		if (p->id && p->event == QSM_EV_LAST_WQE) {
+			if (!qsm_rc_fid_has_qp(p->id) || p->id->last_wqe) {
+				qsm_pending_release(p);
+				continue;
+			}
+			qsm_rc_last_wqe(p->id);   /* reported first; DRAINED (if due) next */
+		}
 		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
 		ev->event = p->event;
 		ev->status = p->status;

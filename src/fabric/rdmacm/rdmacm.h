@@ -155,7 +155,8 @@ struct qsm_fid {
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	bool flush_all;                  /* the drain marker came: every WR left is flushed by us */
-	bool drained_due;                /* DRAINED follows those flushes */
+	bool drained_due;                /* DRAINED follows those flushes (on an SRQ: and LAST_WQE) */
+	bool last_wqe;                   /* on an SRQ: LAST_WQE came for this QP */
 	bool on_lq;                      /* in rc_fabric.lq: flushes of ours to hand out */
 	struct qsm_list lq_node;
 	uint64_t qp_key;                 /* its slot in rc_fabric.qpt and its generation, as tags
@@ -331,6 +332,8 @@ enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
 struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc);
 int qsm_rc_sges_ok(const struct qsm_fabric_sge *sg, int n);
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
+/* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
+void qsm_rc_last_wqe(struct qsm_fid *id);
 /* Completions of the hot CQs, up to max, straight into cqe[] (wr_id -> WR in O(1)). */
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
 /* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);

@@ -159,5 +159,6 @@ int qsm_rc_srq_wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_
 		out->wc = (struct qsm_fabric_wc){ .status = st, .opcode = QSM_WR_RECV };
 	}
 	out->wc.wr_id = sl->wr_id;
+	out->wc.wc_flags |= QSM_WC_SRQ;
 	return 1;
 }

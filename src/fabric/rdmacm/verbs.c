@@ -61,6 +61,13 @@ static void flush_cqe(struct qsm_fid *id, struct qsm_fabric_cqe *out, uint64_t w
 					  .opcode = (enum qsm_wr_opcode)opcode };
 }
 
+void qsm_rc_last_wqe(struct qsm_fid *id)
+{
+	id->last_wqe = true;
+	if (id->drained_due)
+		lq_add(id);
+}
+
 /* The next flush of ours for the QP: what the drain left on the QP, then the late WRs in post
  * order, each once its work queue has nothing left on the QP.  1, or 0 when none is due. */
 static int synth_one(struct qsm_fid *id, struct qsm_fabric_cqe *out)
@@ -104,6 +111,12 @@ int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_
 			n++;
 		if (n == max)
 			return n;   /* the QP may have more: it stays first */
+		if (id->drained_due && id->srq && !id->last_wqe) {
+			/* on an SRQ the QP is drained once it also takes no more of the SRQ's
+			 * receives (the kernel's ib_drain_qp waits for LAST_WQE too) */
+			lq_del(id);
+			continue;
+		}
 		if (id->drained_due) {
 			if (n)
 				return n;   /* DRAINED after the completions, alone */
@@ -316,7 +329,7 @@ static void qp_state_free(struct qsm_fid *id)
 	wq_fini(&id->wq[WQ_SEND]);
 	wq_fini(&id->wq[WQ_RECV]);
 	lq_del(id);
-	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = false;
+	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = id->last_wqe = false;
 }
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)

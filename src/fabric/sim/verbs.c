@@ -19,6 +19,8 @@ static void complete_wc(struct sim_id *id, struct qsm_fabric_wc *wc, unsigned sq
 {
 	if (wc->status != QSM_WC_SUCCESS)
 		wc->byte_len = wc->imm_data = wc->wc_flags = 0;
+	if (rq_free && id->cap.srq)
+		wc->wc_flags |= QSM_WC_SRQ;
 	/* a receive of the QP's SRQ frees the SRQ's slot, not the QP's */
 	sim_post(&(struct post){ .id = id, .event = QSM_EV_COMPLETION, .wc = wc, .sq_frees = sq_frees,
 				 .rq_free = rq_free && !id->cap.srq,
