@@ -233,10 +233,12 @@ void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
 /*
  * A CQ whose event came goes hot: it is acked and polled, and not re-armed, so that while
  * completions keep coming it costs no channel read and no re-arm per batch.  A hot CQ whose
- * polls found nothing CQ_HOT_IDLE_POLLS times in a row is re-armed and polled once more (what
+ * polls found nothing hot_idle times in a row is re-armed and polled once more (what
  * came in between is not missed); if that finds nothing either it goes cold and waits for its
  * next event.  While any CQ is hot the fabric's fd stays readable, so a caller that sleeps on
- * it spins at most that many times before it sleeps.
+ * it spins at most that many times before it sleeps.  "That many" is the fabric's hot_idle
+ * (rdmacm.h): CQ_HOT_IDLE_POLLS for a caller that sleeps, more for one that polls busily
+ * anyway, whose CQ then never goes cold between two completions: as a poll loop's.
  */
 void qsm_rc_cq_events(struct qsm_fdev *d)
 {
@@ -253,6 +255,15 @@ void qsm_rc_cq_events(struct qsm_fdev *d)
 			continue;
 		ibv_ack_cq_events(c->cq, c->events);
 		c->events = 0;
+		if (!c->hot && !d->fab->hot) {
+			struct rc_fabric *f = d->fab;
+
+			if (f->cold_calls >= f->hot_idle && f->hot_idle < CQ_HOT_IDLE_MAX)
+				f->hot_idle *= 2;
+			else if (f->cold_calls < CQ_COLD_FEW && f->hot_idle > CQ_HOT_IDLE_POLLS)
+				f->hot_idle /= 2;
+			f->cold_calls = 0;
+		}
 		if (!c->hot) {
 			c->hot = true;
 			c->idle = 0;
@@ -271,7 +282,7 @@ int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int m
 	}
 	/* A busy CQ between two completions: polled again, still unarmed, a few times (a poll
 	 * costs no system call; a re-arm and the channel read that follows cost two). */
-	if (++c->idle < CQ_HOT_IDLE_POLLS)
+	if (++c->idle < d->fab->hot_idle)
 		return 0;
 	c->idle = 0;
 	ibv_req_notify_cq(c->cq, 0);

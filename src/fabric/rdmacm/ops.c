@@ -34,8 +34,9 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->cq_created, (unsigned long long)f->cq_freed,
 			(unsigned long long)f->cq_resized);
 	if (getenv("QSM_RDMACM_STATS"))
-		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready)\n",
-			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits);
+		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready); "
+			"hot CQs re-armed after %u empty polls\n",
+			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits, f->hot_idle);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: bytes per QP %llu (ours: id, table entry, rings; the average of %llu "
 			"QPs created; not the provider's or the kernel's)\n",
@@ -176,6 +177,8 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, st
 		return -EINVAL;
 	f = to_fab(base);
 	f->get_calls++;
+	if (!f->hot)
+		f->cold_calls++;
 	if (!qsm_list_empty(&f->lq))
 		return qsm_rc_lq_take(f, ev, cqe, max);
 	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
@@ -285,6 +288,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	qsm_list_init(&f->lq);
 	qsm_rc_table_init(&f->qpt);
 	qsm_rc_table_init(&f->srqt);
+	f->hot_idle = CQ_HOT_IDLE_POLLS;
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {
 		r = errno_or(ENODEV);

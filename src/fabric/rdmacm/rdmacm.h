@@ -95,7 +95,9 @@ struct rc_cq {
 	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
 };
 
-#define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold */
+#define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
+#define CQ_HOT_IDLE_MAX 65536            /* the fabric's hot_idle, between these two */
+#define CQ_COLD_FEW 8                    /* get_event calls while cold: the caller slept */
 
 struct qsm_fdev {
 	struct qsm_list node;            /* in rc_fabric.devs */
@@ -210,6 +212,12 @@ struct rc_fabric {
 	 * not 0, so the ctx fd says there is work. */
 	unsigned hot, hot_skips;
 	int hot_fd;
+	/* Empty polls before a hot CQ is re-armed, adapted to the caller: one that called
+	 * get_event at least that often while no CQ was hot (cold_calls) polls busily, and each
+	 * of those calls cost an epoll_wait (and its CQ an arm and an event) where a hot poll
+	 * costs none: doubled, up to CQ_HOT_IDLE_MAX.  One that called a few times only slept
+	 * on the fd: halved, down to CQ_HOT_IDLE_POLLS, so it spins little before it sleeps. */
+	unsigned hot_idle, cold_calls;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 	/* QPs created, and what they held of ours (qsm_rc_qp_bytes of their caps); for QSM_RDMACM_STATS */
 	uint64_t qps_created, qp_bytes;
