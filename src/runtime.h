@@ -190,7 +190,8 @@ struct qsm_ctx {
 	uint64_t timerfd_at;         /* what the timerfd is armed for (0: disarmed) */
 	bool kicked;
 	bool dispatching;             /* inside qsm_ctx_dispatch(): the clock is pass_now_ns */
-	uint64_t pass_now_ns;         /* read once at the start of a dispatch pass */
+	bool pass_now_read;           /* pass_now_ns was read in this pass */
+	uint64_t pass_now_ns;         /* read once a pass, when first needed */
 	bool stop;
 	uint64_t (*now_ns)(void *arg);
 	void *now_arg;
@@ -271,11 +272,19 @@ static inline uint32_t qsm_or_default(uint32_t v, uint32_t def)
 	return v ? v : def;
 }
 
-/* The clock is read once per dispatch pass: everything a pass does (timer arms, expiries,
- * trace stamps) happens "at" the pass's start.  Outside a pass, it is read each time. */
+/* The clock is read at most once per dispatch pass, when first needed: everything a pass does
+ * (timer arms, expiries, trace stamps) happens "at" that moment, and a pass that needs no time
+ * (completions with no timer armed: a data path's busy loop) reads none -- a system call on a
+ * machine whose clocksource has no vDSO.  Outside a pass, it is read each time. */
 static inline uint64_t qsm_now(struct qsm_ctx *ctx)
 {
-	return ctx->dispatching ? ctx->pass_now_ns : ctx->now_ns(ctx->now_arg);
+	if (!ctx->dispatching)
+		return ctx->now_ns(ctx->now_arg);
+	if (!ctx->pass_now_read) {
+		ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
+		ctx->pass_now_read = true;
+	}
+	return ctx->pass_now_ns;
 }
 
 /* A slot at the FIFO's tail for the caller to fill (the ring's size is a power of two).
@@ -314,7 +323,7 @@ static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
  * dispatch pass only: the clock is the pass's. */
 static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
-	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
+	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
 		qsm_timers_fire_due(ctx);
 }
 

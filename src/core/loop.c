@@ -265,7 +265,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		budget = DEFAULT_BUDGET;
 	outer = !ctx->dispatching; /* a handler that dispatches again stays in its pass */
 	if (outer) {
-		ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
+		ctx->pass_now_read = false;   /* read when first needed (qsm_now) */
 		ctx->dispatching = true;
 	}
 	while (n < budget) {
