@@ -175,7 +175,7 @@ struct qsm_pool_reg {
 struct qsm_item {
 	struct qsm_obj *target;
 	struct qsm_fid *id;         /* fabric events: the id it came on; else NULL */
-	struct qsm_fsrq *srq;       /* SRQ_LIMIT: the SRQ */
+	struct qsm_fsrq *srq;       /* SRQ_LIMIT (from the fabric only): the SRQ; else unset */
 	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;
@@ -190,7 +190,7 @@ struct qsm_ctx {
 	uint64_t timerfd_at;         /* what the timerfd is armed for (0: disarmed) */
 	bool kicked;
 	bool dispatching;             /* inside qsm_ctx_dispatch(): the clock is pass_now_ns */
-	bool pass_now_read;           /* pass_now_ns was read in this pass */
+	bool pass_now_read;           /* pass_now_ns was read in this pass (false outside one) */
 	uint64_t pass_now_ns;         /* read once a pass, when first needed */
 	bool stop;
 	uint64_t (*now_ns)(void *arg);
@@ -278,12 +278,12 @@ static inline uint32_t qsm_or_default(uint32_t v, uint32_t def)
  * machine whose clocksource has no vDSO.  Outside a pass, it is read each time. */
 static inline uint64_t qsm_now(struct qsm_ctx *ctx)
 {
+	if (ctx->pass_now_read)   /* only ever true inside a pass */
+		return ctx->pass_now_ns;
 	if (!ctx->dispatching)
 		return ctx->now_ns(ctx->now_arg);
-	if (!ctx->pass_now_read) {
-		ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
-		ctx->pass_now_read = true;
-	}
+	ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
+	ctx->pass_now_read = true;
 	return ctx->pass_now_ns;
 }
 
@@ -320,10 +320,11 @@ static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
 }
 
 /* Fire the timers that are due; a glance at the heap's top when none is.  Inside a
- * dispatch pass only: the clock is the pass's. */
+ * dispatch pass only: the clock is the pass's, read already whenever the heap holds a timer
+ * (at the pass's start, or by the arm that put one there). */
 static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
-	if (ctx->heap_len && ctx->heap[0]->key_ns <= qsm_now(ctx))
+	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
 		qsm_timers_fire_due(ctx);
 }
 

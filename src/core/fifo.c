@@ -93,7 +93,6 @@ int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
 		return r;
 	it->target = target;
 	it->id = NULL;
-	it->srq = NULL;
 	it->gen = target->id_gen;
 	it->event = event;
 	it->status = status;

@@ -265,8 +265,10 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		budget = DEFAULT_BUDGET;
 	outer = !ctx->dispatching; /* a handler that dispatches again stays in its pass */
 	if (outer) {
-		ctx->pass_now_read = false;   /* read when first needed (qsm_now) */
 		ctx->dispatching = true;
+		ctx->pass_now_read = false;   /* read when first needed (qsm_now) ... */
+		if (ctx->heap_len)
+			(void)qsm_now(ctx);   /* ... which a timer is: its expiry is looked at at once */
 	}
 	while (n < budget) {
 		const struct qsm_item *it;
@@ -300,6 +302,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 	if (!outer)
 		return (int)n;
 	ctx->dispatching = false;
+	ctx->pass_now_read = false;
 	if (!ctx->fifo_len && ctx->cqe_next == ctx->cqe_len && ctx->kicked) {
 		uint64_t buf;
 

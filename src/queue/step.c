@@ -85,7 +85,6 @@ static int queue_wc_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 	q->wc_error_queued = true;
 	/* its id: stale, like the completion, once the queue lets go of the id */
 	wce.id = c->id;
-	wce.srq = NULL;
 	wce.event = QSM_EV_WC_ERROR;
 	wce.status = -EIO;
 	wce.pdata_len = 0;
@@ -128,7 +127,7 @@ static int create_qp(struct qsm_conn *q)
 	int r;
 
 	/* on its class's SRQ of the device, if it asks for one: made now if this is the first */
-	if ((r = qsm_srq_for(q, &attr.srq)) < 0)
+	if (q->vt->srq.max_wr && (r = qsm_srq_for(q, &attr.srq)) < 0)
 		return r;
 	r = q->ctx->ops->create_qp(q->id, &attr);
 	if (r < 0) {
@@ -366,7 +365,6 @@ static void step(struct qsm_conn *q, int event, int status, const void *pdata, s
 
 	it.target = &q->obj;
 	it.id = NULL;
-	it.srq = NULL;
 	it.gen = q->obj.id_gen;
 	it.event = event;
 	it.status = status;
@@ -386,6 +384,11 @@ static void take_abort(struct qsm_conn *q)
 	step(q, QSM_EV_ABORT, 0, NULL, 0);
 }
 
+/* The QP's own events, one bit each from QP_FATAL on: one test on the dispatch path. */
+#define QP_BIT(e) (1u << (QSM_EV_##e - QSM_EV_QP_FATAL))
+#define QP_EVENTS (QP_BIT(QP_FATAL) | QP_BIT(WC_ERROR) | QP_BIT(DRAINED) | QP_BIT(LAST_WQE))
+_Static_assert(QSM_EV_LAST_WQE - QSM_EV_QP_FATAL < 32, "the QP's events fit one word");
+
 static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
@@ -399,8 +402,7 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		return;
 	}
 	/* what the QP itself went through, before the queue's machine hears of it */
-	if (it->event == QSM_EV_QP_FATAL || it->event == QSM_EV_WC_ERROR || it->event == QSM_EV_DRAINED ||
-	    it->event == QSM_EV_LAST_WQE)
+	if ((unsigned)(it->event - QSM_EV_QP_FATAL) < 32 && (QP_EVENTS >> (it->event - QSM_EV_QP_FATAL)) & 1)
 		qp_feed(q, it->event);
 	step_item(q, it);
 }

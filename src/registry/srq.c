@@ -38,7 +38,7 @@ int qsm_srq_for(struct qsm_conn *q, struct qsm_fsrq **fsrq)
 	*fsrq = NULL;
 	q->srq = NULL;
 	if (!q->vt->srq.max_wr)
-		return 0;
+		return 0;   /* (the caller looks first: the common case costs no call) */
 	if (!d || !ops->create_srq)
 		return d ? -EOPNOTSUPP : -ENODEV;
 	for (struct qsm_list *n = d->srqs.next; n != &d->srqs; n = n->next) {
