@@ -27,6 +27,7 @@ static struct qsm_pool *spool;
 static bool posted[NBUF];
 static int lows, srq_recvs, flushed, last_wqe_edges;
 static struct qsm_srq *seen_srq;
+static struct qsm_conn *last_q;   /* the queue of the last SRQ receive */
 static struct qsm_conn *srv_q[NCLI];
 static int nsrv;
 
@@ -78,8 +79,8 @@ static int srv_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	}
 	ck_assert_int_eq(wc->status, QSM_WC_SUCCESS);
 	srq_recvs++;
+	last_q = q;
 	return 0;
-	(void)q;
 }
 
 static int srv_on_last_wqe(struct qsm_conn *q, const struct qsm_event_info *ev)
@@ -137,6 +138,7 @@ static void setup(void)
 	memset(posted, 0, sizeof(posted));
 	lows = srq_recvs = flushed = last_wqe_edges = cli_sends = nsrv = 0;
 	seen_srq = NULL;
+	last_q = NULL;
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
@@ -248,6 +250,37 @@ START_TEST(test_device_removal_releases_the_srq)
 }
 END_TEST
 
+/* A QP goes (its queue destroyed) with completions of receives it took from the SRQ not yet
+ * taken: they are discarded with it, as ibv_destroy_qp cleans its CQEs, and their slots of
+ * srq.max_wr are free again (the receives are gone: the rdmacm fabric frees the slot when it
+ * polls their CQE and finds the QP gone). */
+START_TEST(test_receives_discarded_with_their_qp_free_their_srq_slots)
+{
+	struct qsm_sge sge = { (uintptr_t)sbuf[0], sizeof(sbuf[0]), 0 };
+	uint32_t rkey;
+	int ok = 0;
+
+	send_from(0, 1);   /* which queue is cli[0]'s peer; 7 of 8 posted then */
+	harness_settle(&world);
+	ck_assert_int_eq(srq_recvs, 1);
+	ck_assert_ptr_nonnull(last_q);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_HOLD, 1000), 0);
+	send_from(0, 2);   /* its QP takes 2 more: 5 posted, 2 completions held */
+	ck_assert_int_eq(qsm_conn_destroy(last_q), 0);
+	harness_settle(&world);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_HOLD, 0), 0);
+	ck_assert_int_ge(qsm_sim_release(sim), 0);
+	harness_settle(&world);
+	ck_assert_int_eq(srq_recvs, 1);   /* discarded: no completion */
+	ck_assert_int_eq(qsm_pool_srq_keys(spool, seen_srq, &sge.lkey, &rkey), 0);
+	/* 5 held: 3 more go, the 4th is -ENOBUFS */
+	while (ok < NBUF && qsm_srq_post_recv(seen_srq, (uint64_t)(100 + ok), &sge, 1) == 0)
+		ok++;
+	ck_assert_int_eq(ok, 3);
+	ck_assert_int_eq(qsm_srq_post_recv(seen_srq, 200, &sge, 1), -ENOBUFS);
+}
+END_TEST
+
 static Suite *srq_suite(void)
 {
 	Suite *s = suite_create("srq");
@@ -258,6 +291,7 @@ static Suite *srq_suite(void)
 	tcase_add_test(t, test_the_limit_calls_srq_low_again_and_is_rearmed);
 	tcase_add_test(t, test_a_queue_that_drains_leaves_the_srq_to_the_others);
 	tcase_add_test(t, test_device_removal_releases_the_srq);
+	tcase_add_test(t, test_receives_discarded_with_their_qp_free_their_srq_slots);
 	suite_add_tcase(s, t);
 	return s;
 }

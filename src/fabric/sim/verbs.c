@@ -98,6 +98,25 @@ void sim_qp_fatal(struct sim_id *id)
 	sim_post_simple(id, QSM_EV_QP_FATAL, 0);
 }
 
+/* The completions of receives the QP took from its SRQ, not yet taken, go with it: the
+ * slots they hold are free again (rdmacm frees them when it polls a CQE whose QP is gone). */
+static void srq_slots_free(struct sim_id *id)
+{
+	struct qsm_list *heads[2] = { &id->fab->queue, &id->fab->sim->held };
+	struct qsm_list *pos, *tmp;
+
+	for (int i = 0; i < 2; i++) {
+		qsm_list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
+
+			if (e->id == id && e->event == QSM_EV_COMPLETION && e->srq) {
+				e->srq->held--;
+				e->srq = NULL;
+			}
+		}
+	}
+}
+
 /* The QP is gone with what it held: no completion for its WRs, as with
  * ibv_destroy_qp, which also cleans its CQEs not yet polled from the CQ. */
 static void qp_destroy(struct sim_id *id)
@@ -108,6 +127,7 @@ static void qp_destroy(struct sim_id *id)
 		return;
 	while (!qsm_list_empty(&id->recvs))
 		recv_free(id, qsm_container_of(id->recvs.next, struct sim_recv, node));
+	srq_slots_free(id);
 	sim_drop_events(id, QSM_EV_COMPLETION);
 	sim_drop_events(id, QSM_EV_LAST_WQE);
 	if (id->cap.srq)
