@@ -168,6 +168,12 @@ void check_completion(struct rec *r, const struct qsm_wc *wc)
 	struct wrec *w;
 
 	ds.completions++;
+	if (wc->wr_id >> 63) {
+		srq_completion(r, wc);
+		return;
+	}
+	if (wc->wc_flags & QSM_WC_SRQ)
+		violate("completion of wr_id %#llx, no SRQ receive, with QSM_WC_SRQ", (unsigned long long)wc->wr_id);
 	ds.ok += wc->status == QSM_WC_SUCCESS;
 	ds.flushed += wc->status == QSM_WC_WR_FLUSH_ERR;
 	ds.errors += wc->status != QSM_WC_SUCCESS && wc->status != QSM_WC_WR_FLUSH_ERR;

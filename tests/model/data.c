@@ -208,16 +208,22 @@ struct wrec *wr_add(struct rec *r, int kind, uint64_t *wr_id)
 		r->wr = grow_to(r->wr, &r->wr_cap, sizeof(*r->wr), 8);
 	*wr_id = ((uint64_t)(r->idx + 1) << 32) | r->nwr;
 	w = &r->wr[r->nwr++];
+	wr_init(w, kind, r->gen);
+	return w;
+}
+
+/* A WR not posted yet, of QP (or SRQ) generation gen, in the hold epoch of now. */
+void wr_init(struct wrec *w, int kind, uint32_t gen)
+{
 	memset(w, 0, sizeof(*w));
 	w->kind = (uint8_t)kind;
 	w->op = (uint8_t)kind_op[kind];
 	w->st = W_NEVER;
-	w->gen = r->gen;
+	w->gen = gen;
 	w->hold_epoch = hold_epoch;
 	w->hold_armed = hold_armed;
 	w->slot = -1;
 	w->target = -1;
-	return w;
 }
 
 /* Checks a post call's return (D1) and counts it; true if what it posts went.  n: the WRs of
@@ -367,6 +373,10 @@ void op_recv(struct rec *r)
 	bool bad = !mr_ok(r, MR_LOCAL);
 	uint8_t *base;
 
+	if (!r->gone && r->ci->srq) {
+		srq_op_recv(r);
+		return;
+	}
 	if (r->gone || (slot = free_slot(r->rslots, NRSLOT)) < 0)
 		return;
 	base = r->buf + RECV_OFF + (uint32_t)slot * SLOT;
@@ -413,6 +423,8 @@ bool credit(const struct rec *r, unsigned used)
 {
 	const struct rec *p = r->peer >= 0 ? all[r->peer] : NULL;
 
+	if (p && !p->gone && p->ci->srq)
+		return srq_credit(p, used);
 	return !p || !(r->passive || r->peer_gen == r->gen) || p->gone || p->n_out_recv > used;
 }
 
@@ -731,6 +743,8 @@ void qp_created(struct rec *r)
 	discard(r, W_GONE_QP);  /* a new QP: the old one is gone */
 	r->gen++;
 	r->qp_up = true;
+	if (r->ci->srq)
+		srq_qp_created(r);
 	r->n_out_recv = 0;
 	r->n_sq_held = 0;
 	if (quiet)

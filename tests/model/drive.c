@@ -84,6 +84,8 @@ int handle(struct qsm_conn *q, const struct qsm_event_info *ev, enum cb_kind k)
 	}
 	observe(r);
 	learn_peer(r, ev);
+	if (k == CB_EVENT || k == CB_UNEXPECTED)
+		srq_event(r, ev, k == CB_UNEXPECTED);
 	if (ev->event == QSM_EV_TIMEOUT && (k == CB_EVENT || k == CB_UNEXPECTED)) {
 		uint32_t t = state_timeout_ms(r, ev->from);
 		uint64_t in = world.now_ns - r->entered_ns;
@@ -235,10 +237,17 @@ const struct qsm_class model_narrow = {
 	.name = "model-narrow", .super = &model_class, .qp = { .max_recv_wr = 4 },
 };
 
-struct cinfo cinfo[3] = {
-	{ &model_class, 8, 2, 2, 8, 40 },
-	{ &model_sub, 8, 2, 2, 8, 40 },
-	{ &model_narrow, 4, 1, 1, 64, 0 },
+/* Its queues' receives go to one SRQ per device per ctx (the QP caps are model_class's). */
+const struct qsm_class model_srq = {
+	.name = "model-srq", .super = &model_class,
+	.srq = { .max_wr = SRQ_MAX_WR, .max_sge = SRQ_MAX_SGE, .limit = SRQ_LIMIT }, .srq_low = h_srq_low,
+};
+
+struct cinfo cinfo[NCLASS] = {
+	{ &model_class, 8, 2, 2, 8, 40, false },
+	{ &model_sub, 8, 2, 2, 8, 40, false },
+	{ &model_narrow, 4, 1, 1, 64, 0, false },
+	{ &model_srq, 8, 2, 2, 8, 40, true },
 };
 
 /* ---- driving ---- */
@@ -268,7 +277,7 @@ void step_new_queue(void)
 	unsigned n = 0;
 	struct sockaddr_in dst;
 	struct qsm_conn *q;
-	struct cinfo *ci = &cinfo[below(3)];
+	struct cinfo *ci = &cinfo[below(NCLASS)];
 	struct qsm_conn_opts o = { .cls = ci->cls, .dst = (struct sockaddr *)&dst, .user = ci };
 	uint8_t pdata[6 + 11];
 	struct rec *r;
@@ -305,7 +314,7 @@ void step_new_queue(void)
 void step_new_listener_at(const char *ip, uint16_t port)
 {
 	struct sockaddr_in a;
-	struct cinfo *ci = &cinfo[below(3)];
+	struct cinfo *ci = &cinfo[below(NCLASS)];
 	struct qsm_listener_opts o = { .addr = (struct sockaddr *)&a, .cls = ci->cls, .user = ci,
 				       .timeouts = listen_timeouts,
 				       .relisten = { .initial_delay_ms = 1 + below(300), .max_delay_ms = 2000,
@@ -407,9 +416,12 @@ void check_settled(void)
 		}
 	}
 	qsm_sim_get_stats(sim, &st);
-	CHECK(st.mrs == valid, "settled: the sim holds %u MRs, the live queues %u valid ones", st.mrs, valid);
+	valid += srq_pool_mrs();
+	CHECK(st.mrs == valid, "settled: the sim holds %u MRs, the live queues and the pools %u valid ones",
+	      st.mrs, valid);
 	/* max_recv_wr, exactly: one receive more is -ENOBUFS */
 	settled = true;
+	srq_settled();
 	for (unsigned i = 0; i < nlive; i++) {
 		struct rec *r = live[i];
 		int sq = sim_qp(r);

@@ -35,6 +35,7 @@ void check_accounting(void)
 	qsm_sim_get_stats(sim, &st);
 	CHECK(taken == st.events_delivered, "ctxs took %llu fabric events, the sim delivered %u",
 	      (unsigned long long)taken, st.events_delivered);
+	srq_check_accounting();
 }
 
 void check_queue(struct rec *r)
@@ -110,6 +111,7 @@ void world_new(void)
 		CHECK(qsm_ctx_set_trace(ctx[c], tracer, &tally[c]) == 0, "trace");
 	}
 	new_msg(); /* sequence number 0: no message */
+	srq_world_new();
 }
 
 /* Destroy everything, let it close, and account for every object (d). */
@@ -142,17 +144,19 @@ void world_end(void)
 		CHECK(k.queues_live == 0, "ctx%d: %llu queues live at the end", c, (unsigned long long)k.queues_live);
 		CHECK(k.devices_live == 0, "ctx%d: %llu devices live at the end", c,
 		      (unsigned long long)k.devices_live);
+		CHECK(k.srqs_live == 0, "ctx%d: %llu SRQs live at the end", c, (unsigned long long)k.srqs_live);
 	}
+	srq_world_end();
 	qsm_sim_get_stats(sim, &st);
-	CHECK(!st.ids && !st.qps && !st.mrs && !st.device_refs && !st.events_pending,
-	      "left in the sim: %u ids, %u qps, %u mrs, %u device refs, %u events", st.ids, st.qps, st.mrs,
-	      st.device_refs, st.events_pending);
+	CHECK(!st.ids && !st.qps && !st.mrs && !st.device_refs && !st.events_pending && !st.srqs,
+	      "left in the sim: %u ids, %u qps, %u mrs, %u device refs, %u events, %u SRQs", st.ids, st.qps,
+	      st.mrs, st.device_refs, st.events_pending, st.srqs);
 	for (int c = 0; c < NCTX; c++) {
 		qsm_ctx_free(ctx[c]);
 		ctx[c] = NULL;
 	}
 	qsm_sim_get_stats(sim, &st);
-	CHECK(!st.ids && !st.qps && !st.mrs && !st.device_refs && !st.events_pending && !st.ids_leaked,
+	CHECK(!st.ids && !st.qps && !st.mrs && !st.device_refs && !st.events_pending && !st.ids_leaked && !st.srqs,
 	      "after freeing the ctxs: %u ids, %u qps, %u mrs, %u device refs, %u events, %u ids leaked",
 	      st.ids, st.qps, st.mrs, st.device_refs, st.events_pending, st.ids_leaked);
 	for (int d = 0; d < NDEV; d++)
@@ -210,6 +214,14 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	       ds.lists - ds.list_einval - ds.list_enobufs - ds.list_enotconn, ds.list_wrs, ds.list_einval,
 	       ds.list_enobufs, ds.list_enobufs_strict, ds.list_enotconn, ds.imm_posted, ds.inline_posted, ds.imm_checked,
 	       ds.order_checked);
+	printf("model: srq: %u made (%u again after their device left), %u gone; srq_low on the limit %u, SRQ_LIMIT "
+	       "in REMOVING %u; %u posts (-EINVAL %u, -ENODEV %u, -ENOBUFS %u, %u settled), qsm_conn_post_recv "
+	       "-EINVAL %u; completions %u (success %u, data checked %u); gone with their QP %u (%u found "
+	       "filling the SRQ settled, in %u fills); LAST_WQE %u, DRAINED %u\n",
+	       ds.srq_made, ds.srq_remade, ds.srq_gone, ds.srq_limit_lows, ds.srq_limit_removing, ds.srq_posts,
+	       ds.srq_einval, ds.srq_enodev, ds.srq_enobufs, ds.srq_enobufs_strict, ds.srq_conn_einval,
+	       ds.srq_completions, ds.srq_ok, ds.srq_checked, ds.srq_lost, ds.srq_probe_lost, ds.srq_probes,
+	       ds.srq_last_wqe, ds.srq_drained);
 	if (nsteps >= 10000) {
 		CHECK(n_active_made + n_passive_made >= 100 && peak_live >= 100,
 		      "only %u queues, %u at once", n_active_made + n_passive_made, peak_live);
@@ -223,6 +235,11 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 		      "too little list coverage: %u WRs posted in lists, %u lists -EINVAL, %u -ENOBUFS settled, "
 		      "%u receives with imm_data, %u INLINE posted", ds.list_wrs, ds.list_einval,
 		      ds.list_enobufs_strict, ds.imm_checked, ds.inline_posted);
+		CHECK(ds.srq_remade >= 10 && ds.srq_limit_lows >= 20 && ds.srq_checked >= 50 &&
+		      ds.srq_enobufs_strict >= 10 && ds.srq_last_wqe >= 20 && ds.srq_enodev >= 1,
+		      "too little SRQ coverage: %u made again, %u limit calls, %u receives checked, %u -ENOBUFS "
+		      "settled, %u LAST_WQE, %u -ENODEV", ds.srq_remade, ds.srq_limit_lows, ds.srq_checked,
+		      ds.srq_enobufs_strict, ds.srq_last_wqe, ds.srq_enodev);
 	}
 	for (unsigned i = 0; i < nall; i++) {
 		free(all[i]->buf);
@@ -232,6 +249,7 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	free(all);
 	free(live);
 	free(msgs);
+	srq_world_free();
 	for (int c = 0; c < NCTX; c++)
 		free(by_serial[c]);
 }

@@ -88,6 +88,29 @@
  *       RECV_RDMA_WITH_IMM with the bytes written and leaves its memory as it was; every
  *       other completion has no wc_flags, imm_data or invalidated_rkey; an INLINE WR never
  *       fails with LOC_PROT_ERR (it needs no lkey).
+ *
+ * The SRQ class (model-srq, srq.c) gives its queues one SRQ per device per ctx, which its
+ * srq_low fills from a pool the model registered in each ctx, and which its queues' receives go
+ * to (from qp_ready, every handler and the completion handler, as for the others):
+ *  (S1) srq_low is called once when the SRQ is made (srqs_live one more than the model knew,
+ *       on a device of the ctx that had none) and then only on its limit, each such call right
+ *       before the device's SRQ_LIMIT edge in IN_USE; none in REMOVING (a self-loop), never
+ *       unexpected; after a device removal and re-add the SRQ is made again;
+ *  (S2) qsm_srq_post_recv() returns -EINVAL for more SGEs than QSM_MAX_SGE or srq.max_sge,
+ *       -ENODEV once the device is REMOVING, -ENOBUFS with srq.max_wr receives outstanding
+ *       (exactly once settled and none may have gone unseen, else maybe), 0 otherwise; once
+ *       settled, filling the SRQ takes exactly what is free (less none, more only by the
+ *       receives that may have gone with a QP: then those are the oldest outstanding ones);
+ *       qsm_conn_post_recv() on a queue of the class is -EINVAL; qsm_conn_srq() is set exactly
+ *       while the queue has a QP, and names an SRQ of its ctx;
+ *  (S3) each SRQ receive completes at most once, on a queue of that SRQ, with QSM_WC_SRQ,
+ *       never flushed, in SRQ post order across the queues (one before it that no hold could
+ *       have delayed is then known to have gone with its QP), its data as sent (D4);
+ *  (S4) srqs_live of each ctx is the model's count, their sum the sim's qsm_sim_stats.srqs;
+ *       an SRQ goes when its device leaves the registry (its DESTROY edge), with what is still
+ *       posted; at the end none is left;
+ *  (S5) LAST_WQE comes only to a queue of the SRQ class, always as an edge, and before its
+ *       QP's DRAINED (unless a hold may have reordered them).
  */
 
 #define MS 1000000ull
@@ -229,6 +252,7 @@ extern unsigned nmsgs, msgs_cap;
 struct cinfo {
 	const struct qsm_class *cls;
 	uint32_t max_recv_wr, send_sge, recv_sge, max_send_wr, max_inline;
+	bool srq;               /* its receives go to its SRQ */
 };
 
 struct data_stats {
@@ -237,6 +261,9 @@ struct data_stats {
 	unsigned imm_checked, order_checked;
 	unsigned completions, ok, flushed, errors, discarded, drained, drained_strict;
 	unsigned recv_checked, recv_empty, read_checked, write_checked, regs, deregs, enodev_tolerated;
+	unsigned srq_posts, srq_einval, srq_enodev, srq_enobufs, srq_enobufs_strict, srq_nokeys, srq_conn_einval;
+	unsigned srq_made, srq_remade, srq_gone, srq_limit_lows, srq_limit_removing, srq_completions, srq_ok;
+	unsigned srq_checked, srq_lost, srq_probes, srq_probe_lost, srq_last_wqe, srq_drained;
 };
 
 extern struct data_stats ds;
@@ -309,6 +336,10 @@ struct rec {
 	uint8_t lslots;             /* read landing slots in use */
 	unsigned send_rr;
 	unsigned gone_at;           /* settles done when it went */
+	struct msrq *msq;           /* the SRQ class: its QP's SRQ */
+	uint32_t last_wqe_gen;      /* the QP generation that reported LAST_WQE */
+	uint32_t qp_hold_epoch;     /* at its QP's creation */
+	bool qp_hold_armed;
 };
 
 extern struct rec **all;
@@ -372,6 +403,7 @@ extern bool settled;
 int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq);
 int expect_list(struct rec *r, const struct spost *p, unsigned n, int *sq);
 struct wrec *wr_add(struct rec *r, int kind, uint64_t *wr_id);
+void wr_init(struct wrec *w, int kind, uint32_t gen);
 bool post_ok(struct rec *r, int kind, unsigned n, int want, int got, int sq, int nsge);
 void post_took(struct rec *r, struct wrec *w, int sq);
 bool posted(struct rec *r, struct wrec *w, int want, int got, int sq, int nsge);
@@ -426,7 +458,48 @@ void h_release(struct qsm_conn *q);
 extern const struct qsm_class model_class;
 extern const struct qsm_class model_sub;
 extern const struct qsm_class model_narrow;
-extern struct cinfo cinfo[3];
+extern const struct qsm_class model_srq;
+#define NCLASS 4
+extern struct cinfo cinfo[NCLASS];
+
+/* ---- the SRQ class's shared receive queues (srq.c) ---- */
+
+#define SRQ_MAX_WR 12
+#define SRQ_LIMIT 9
+#define SRQ_MAX_SGE 2
+#define NSRQBUF 24              /* receive buffers per device per ctx (more than max_wr) */
+
+struct msrq {
+	struct qsm_srq *s;          /* NULL: none on that device of that ctx */
+	int c, d;
+	unsigned gen;               /* SRQs made there */
+	bool removing;              /* its device is REMOVING: posts are -ENODEV */
+	bool dying;                 /* a QP on it went since the last settle */
+	unsigned pending_low;       /* srq_low calls of its limit, before the SRQ_LIMIT record */
+	struct wrec *rv;            /* its receives, post order (wr_id: the index) */
+	unsigned nrv, cap, scan;    /* below scan none is outstanding */
+	unsigned n_out;
+	unsigned loss_mark;         /* outstanding receives below it may have gone with a QP */
+	uint32_t used;              /* buffer slots */
+};
+
+extern struct msrq msrq[NCTX][NDEV];
+struct msrq *msrq_of(int c, const struct qsm_srq *s);
+void srq_world_new(void);
+void srq_world_end(void);
+void srq_world_free(void);
+unsigned srq_pool_mrs(void);
+void h_srq_low(struct qsm_srq *s);
+void srq_trace(int c, const struct qsm_trace_record *t);
+void srq_qp_gone(struct rec *r);
+void srq_qp_created(struct rec *r);
+void srq_op_recv(struct rec *r);
+bool srq_credit(const struct rec *p, unsigned used);
+void srq_completion(struct rec *r, const struct qsm_wc *wc);
+void srq_settled(void);
+void srq_check_accounting(void);
+void srq_event(struct rec *r, const struct qsm_event_info *ev, bool unexpected);
+void srq_drained(struct rec *r);
 int dispatch(int c, unsigned budget);
 void sockaddr_of(struct sockaddr_in *sa, const char *ip, uint16_t port);
 uint32_t some_ms(unsigned pct_set, unsigned lo, unsigned hi);

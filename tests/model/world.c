@@ -129,6 +129,8 @@ void tracer(const struct qsm_trace_record *t, void *arg)
 	if (!strcmp(t->kind, "listener") && !t->to && t->event &&
 	    (!strcmp(t->event, "RETRY") || !strcmp(t->event, "LISTEN") || !strcmp(t->event, "DEVICE_ADDED")))
 		violate("listener#%u: stale %s in %s", t->id, t->event, t->from);
+	if (!strcmp(t->kind, "device"))
+		srq_trace(c, t);
 	if (strcmp(t->kind, "conn") && strcmp(t->kind, "passive"))
 		return;
 	/* Learn the queue's serial from the on_event handler called in the same step. */
@@ -240,6 +242,7 @@ void wr_finish(struct rec *r, struct wrec *w, enum wr_state st)
 /* Every WR still outstanding gets no completion from now on. */
 void discard(struct rec *r, enum wr_state st)
 {
+	srq_qp_gone(r);
 	for (unsigned i = r->wr_scan; i < r->nwr; i++)
 		if (r->wr[i].st == W_OUT)
 			wr_finish(r, &r->wr[i], st);
@@ -286,6 +289,7 @@ void drained(struct rec *r, int status)
 		violate("%s queue in %s still has a QP after its DRAINED edge", r->passive ? "passive" : "active",
 			qsm_conn_state_name(r->q));
 	if (status == 0) {
+		srq_drained(r);
 		ds.drained_strict++;
 		for (unsigned i = r->wr_scan; i < r->nwr; i++) {
 			const struct wrec *w = &r->wr[i];
@@ -402,7 +406,8 @@ void do_destroy(struct rec *r)
 		int b = qsm_conn_post_send(r->q, 2, &sge, 1, QSM_POST_SIGNALED);
 		int c = qsm_conn_reg_mr(r->q, r->buf, BUF_LEN, QSM_ACCESS_LOCAL_WRITE, &mr);
 
-		if (a != -ESTALE || b != -ESTALE || c != -ESTALE)
+		/* (an SRQ class's receives are never the queue's: -EINVAL whatever its state) */
+		if (a != (r->ci->srq ? -EINVAL : -ESTALE) || b != -ESTALE || c != -ESTALE)
 			violate("destroyed queue: post_recv %d, post_send %d, reg_mr %d, want -ESTALE", a, b, c);
 		if (c == 0)
 			qsm_mr_dereg(mr);
