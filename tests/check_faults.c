@@ -550,10 +550,8 @@ static void check_row(const struct row *w, enum qsm_machine m, const struct step
  * before QP_FATAL), so that is the edge out of a state whose QP was not in ERR yet; a local
  * disconnect moves the QP to ERR at once (librdmacm's rdma_disconnect does too), so DISCONNECTING
  * leaves by LAST_WQE, before the peer's DISCONNECTED (a duplicate one then lands twice after).
- * Not checked, a known bug: the sim moves the QP to ERR, and posts its LAST_WQE, *before* the
- * REJECTED or CONNECT_ERROR that is the cause (librdmacm reads the CM event first, then moves
- * the QP), so the queue leaves CONNECTING/ACCEPTING by LAST_WQE and the REJECTED is lost, or the
- * CONNECT_ERROR is unexpected in DRAINING (fixing it is cm_conn.c's, outside this change).
+ * A REJECTED or CONNECT_ERROR comes before the LAST_WQE of the QP it errs (librdmacm reads
+ * the CM event, then moves the QP), so those rows keep their edges.
  */
 static const struct row *srq_row(const struct row *w, struct row *x, bool active)
 {
@@ -563,8 +561,6 @@ static const struct row *srq_row(const struct row *w, struct row *x, bool active
 		return w;
 	*x = *w;
 	disc = x->from == (active ? QSM_CM_DISCONNECTING : QSM_ACCEPT_DISCONNECTING);
-	if (x->fault == F_REJECT || x->fault == F_CONNECT_ERROR)
-		x->applicable = false;
 	if (x->applicable && x->event == QSM_EV_QP_FATAL && x->count > 0 && x->from != x->to && !disc)
 		x->event = QSM_EV_LAST_WQE;
 	if (x->applicable && x->event == QSM_EV_DISCONNECTED && disc)

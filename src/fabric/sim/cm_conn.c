@@ -36,11 +36,14 @@ static void leave_connection(struct sim_id *id)
  */
 static void connect_failed(struct sim_id *id, int event, int status, const void *pdata, size_t len)
 {
+	struct post p = { .id = id, .event = event, .status = status, .pdata = pdata, .len = len,
+			  .wire = event == QSM_EV_REJECTED ? QSM_SIM_REJ_PDATA : 0 };
+
 	id->state = ID_FAILED;
 	if (event != QSM_EV_UNREACHABLE)
-		sim_qp_err(id);
-	sim_post(&(struct post){ .id = id, .event = event, .status = status, .pdata = pdata, .len = len,
-				 .wire = event == QSM_EV_REJECTED ? QSM_SIM_REJ_PDATA : 0 });
+		sim_qp_err_after(id, &p);
+	else
+		sim_post(&p);
 }
 
 static void connection_up(struct sim_id *active, struct sim_id *passive, const void *pdata, size_t len)

@@ -67,22 +67,30 @@ static void recv_free(struct sim_id *id, struct sim_recv *r)
  * The QP enters ERR: what it still holds flushes, in post order, at once, so the
  * completions precede whatever reports the cause (DISCONNECTED, DRAINED, ...).
  */
+void sim_qp_err_after(struct sim_id *id, const struct post *cause)
+{
+	bool was_err = id->qp == SIM_QP_NONE || id->qp == SIM_QP_ERR;
+
+	if (!was_err) {
+		id->qp = SIM_QP_ERR;
+		while (!qsm_list_empty(&id->recvs)) {
+			struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
+
+			flush(id, r->wr_id, QSM_WR_RECV, true);
+			recv_free(id, r);
+		}
+	}
+	if (cause)
+		sim_post(cause);
+	/* On an SRQ: it takes no more of the SRQ's receives (they stay there), and says so, after
+	 * what made it err -- the CM event a librdmacm reads before it moves the QP. */
+	if (!was_err && id->cap.srq)
+		sim_post_simple(id, QSM_EV_LAST_WQE, 0);
+}
+
 void sim_qp_err(struct sim_id *id)
 {
-	if (id->qp == SIM_QP_NONE)
-		return;
-	if (id->qp == SIM_QP_ERR)
-		return;
-	id->qp = SIM_QP_ERR;
-	while (!qsm_list_empty(&id->recvs)) {
-		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
-
-		flush(id, r->wr_id, QSM_WR_RECV, true);
-		recv_free(id, r);
-	}
-	/* On an SRQ: it takes no more of the SRQ's receives (they stay there), and says so. */
-	if (id->cap.srq)
-		sim_post_simple(id, QSM_EV_LAST_WQE, 0);
+	sim_qp_err_after(id, NULL);
 }
 
 /* A connection came up: the sim moves its QPs through RTR to RTS at once. */

@@ -273,6 +273,9 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct q
 /* ---- verbs.c ---- */
 
 void sim_qp_err(struct sim_id *id);
+/* The same, with `cause` (a CM event; may be NULL) posted after the flushes and before the
+ * LAST_WQE of a QP on an SRQ. */
+void sim_qp_err_after(struct sim_id *id, const struct post *cause);
 void sim_qp_rts(struct sim_id *id);
 void sim_qp_fatal(struct sim_id *id);
 int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr);
