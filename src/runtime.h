@@ -124,6 +124,7 @@ struct qsm_conn {
 	bool has_src;
 	void *user;
 	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
+	struct qsm_list mws;        /* struct qsm_mw.node: its memory windows */
 	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
 	                               queues send none, and a queue stays small */
 	_Alignas(16) unsigned char priv[];
@@ -151,6 +152,14 @@ struct qsm_mr {
 	struct qsm_device *dev;
 	uint32_t lkey, rkey;
 	struct qsm_list node;
+};
+
+/* A memory window of a queue: released with its MRs (the device goes, the queue closes). */
+struct qsm_mw {
+	struct qsm_conn *q;
+	struct qsm_fmw *fmw;        /* NULL once its device went away */
+	uint32_t rkey;              /* its last bind's */
+	struct qsm_list node;       /* in q->mws */
 };
 
 /* A pool, and its registration on each device of the registry. */

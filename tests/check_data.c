@@ -38,7 +38,7 @@ static int reg(struct qsm_conn *q, struct buf *b)
 	if (b->mr)
 		qsm_mr_dereg(b->mr);
 	return qsm_conn_reg_mr(q, b->data, sizeof(b->data), QSM_ACCESS_LOCAL_WRITE |
-			       QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ, &b->mr);
+			       QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ | QSM_ACCESS_MW_BIND, &b->mr);
 }
 
 static int post_recv(struct qsm_conn *q, struct buf *b)
@@ -170,7 +170,7 @@ static void teardown(void)
 	qsm_ctx_free(cctx);
 	qsm_ctx_free(sctx);
 	qsm_sim_get_stats(sim, &st);
-	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs, 0);
+	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs + st.mws, 0);
 	qsm_sim_free(sim);
 }
 
@@ -629,6 +629,65 @@ START_TEST(test_wc_error_comes_before_what_the_completion_handler_queues)
 }
 END_TEST
 
+/* ---- memory windows ---- */
+
+/* The server binds a window to part of its buffer; the client writes through the window's
+ * rkey, then invalidates it with its SEND_WITH_INV, which the server's receive reports. */
+START_TEST(test_a_window_bound_by_the_server_takes_the_clients_write_and_its_send_with_inv)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	struct qsm_mw *mw;
+	uint32_t rkey;
+	int posted;
+
+	ck_assert_ptr_nonnull(srv_queue);
+	ck_assert_int_eq(qsm_conn_alloc_mw(srv_queue, &mw), 0);
+	ck_assert_uint_eq(qsm_mw_rkey(mw), 0);
+	/* the client's MR is not the server queue's; a local access bit is not a window's */
+	ck_assert_int_eq(qsm_conn_bind_mw(srv_queue, 60, mw, cli.mr, (uintptr_t)cli.data, 8,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), -EINVAL);
+	ck_assert_int_eq(qsm_conn_bind_mw(srv_queue, 60, mw, srv.mr, (uintptr_t)srv.data, 8,
+					  QSM_ACCESS_LOCAL_WRITE, QSM_POST_SIGNALED), -EINVAL);
+	ck_assert_int_eq(qsm_conn_bind_mw(srv_queue, 61, mw, srv.mr, (uintptr_t)srv.data + 32, 16,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(srv.last.opcode, QSM_WR_BIND_MW);
+	ck_assert_uint_eq(srv.last.wr_id, 61);
+	rkey = qsm_mw_rkey(mw);
+	ck_assert_uint_ne(rkey, 0);
+	ck_assert_uint_ne(rkey, qsm_mr_rkey(srv.mr));
+	strcpy(cli.data, "via mw");
+	ck_assert_int_eq(qsm_conn_post_write(q, 62, &s, 1, (uintptr_t)srv.data + 32, rkey, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_str_eq(srv.data + 32, "via mw");
+	ck_assert_int_eq(cli.errors, 0);
+	/* LOCAL_INV carries no data: -EINVAL with an SGE, nothing posted */
+	ck_assert_int_eq(qsm_conn_post_list(q, &(struct qsm_wr){ .wr_id = 63, .opcode = QSM_WR_LOCAL_INV,
+		.sg_list = &s, .num_sge = 1, .imm_data = rkey }, 1, &posted), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_list(q, &(struct qsm_wr){ .wr_id = 64, .opcode = QSM_WR_SEND_WITH_INV,
+		.sg_list = &s, .num_sge = 1, .flags = QSM_POST_SIGNALED, .imm_data = rkey }, 1, &posted), 0);
+	ck_assert_int_eq(posted, 1);
+	pump();
+	ck_assert_uint_eq(srv.last_recv.wc_flags & QSM_WC_WITH_INV, QSM_WC_WITH_INV);
+	ck_assert_uint_eq(srv.last_recv.invalidated_rkey, rkey);
+	ck_assert_int_eq(srv.errors + cli.errors, 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(q, 65, mw, cli.mr, (uintptr_t)cli.data, 8,
+					  QSM_ACCESS_REMOTE_WRITE, 0), -EINVAL);   /* not q's window */
+	/* a window goes with its queue's device: released, its rkey gone, the handle still the
+	 * ULP's while the queue lives (the server's went with its queue) */
+	ck_assert_int_eq(qsm_conn_alloc_mw(q, &mw), 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(q, 66, mw, cli.mr, (uintptr_t)cli.data, 8,
+					  QSM_ACCESS_REMOTE_READ, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_uint_ne(qsm_mw_rkey(mw), 0);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump();
+	ck_assert_uint_eq(qsm_mw_rkey(mw), 0);
+	ck_assert_int_eq(qsm_mw_free(mw), 0);
+}
+END_TEST
+
 /* ---- batches of completions ---- */
 
 static struct qsm_conn *abort_at_queue;
@@ -771,6 +830,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_handler);
 	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
 	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
+	tcase_add_test(t, test_a_window_bound_by_the_server_takes_the_clients_write_and_its_send_with_inv);
 	tcase_add_test(t, test_a_batch_of_completions_keeps_to_the_dispatch_budget);
 	tcase_add_test(t, test_a_queue_aborted_in_the_middle_of_a_batch_gets_nothing_more_of_it);
 	tcase_add_test(t, test_a_queue_destroyed_by_another_handler_in_a_batch_gets_nothing_more_of_it);

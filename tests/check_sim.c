@@ -58,6 +58,7 @@ static void sim_check_clean(void)
 	ck_assert_uint_eq(st.device_refs, 0);
 	ck_assert_uint_eq(st.mrs, 0);
 	ck_assert_uint_eq(st.srqs, 0);
+	ck_assert_uint_eq(st.mws, 0);
 	ck_assert_uint_eq(st.events_pending, 0);
 	ck_assert_uint_eq(st.ids_leaked, 0);
 }

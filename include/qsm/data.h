@@ -19,6 +19,7 @@ struct qsm_pool;
 #define QSM_ACCESS_LOCAL_WRITE 1
 #define QSM_ACCESS_REMOTE_WRITE 2
 #define QSM_ACCESS_REMOTE_READ 4
+#define QSM_ACCESS_MW_BIND 8         /* memory windows may be bound to the MR (qsm_mw(3)) */
 
 /* Completion status: enum ibv_wc_status, value for value (every one a verbs provider reports on
  * an RC QP; a status this build does not know is reported as QSM_WC_GENERAL_ERR). */
@@ -55,6 +56,9 @@ enum qsm_wr_opcode {
 	QSM_WR_SEND_WITH_IMM,        /* a SEND carrying imm_data to the receiver's completion */
 	QSM_WR_RDMA_WRITE_WITH_IMM,  /* a WRITE that also consumes a receive of the peer's */
 	QSM_WR_RECV_RDMA_WITH_IMM,   /* in completions of posted receives: a WRITE_WITH_IMM arrived */
+	QSM_WR_SEND_WITH_INV,        /* a SEND that invalidates the receiver's rkey imm_data */
+	QSM_WR_LOCAL_INV,            /* invalidates our own rkey imm_data (a memory window's) */
+	QSM_WR_BIND_MW,              /* in completions: a qsm_conn_bind_mw() */
 };
 
 struct qsm_sge {
@@ -94,7 +98,8 @@ struct qsm_wr {
 	uint64_t remote_addr;        /* RDMA_WRITE*, RDMA_READ */
 	uint32_t rkey;
 	unsigned int flags;          /* QSM_POST_* */
-	uint32_t imm_data;           /* *_WITH_IMM: carried as is */
+	uint32_t imm_data;           /* *_WITH_IMM: carried as is; SEND_WITH_INV, LOCAL_INV: the
+	                                rkey invalidated (verbs' union of the two) */
 };
 
 /*
@@ -159,6 +164,25 @@ int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
  * posted: n when 0 is returned, else what a negative errno left posted (0 but for the device).
  */
 int qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
+
+/*
+ * Memory windows (qsm_conn_alloc_mw(3)): a type-2 window on the queue's device, bound with a
+ * work request to a range of one of the queue's MRs registered with QSM_ACCESS_MW_BIND, which
+ * the peer then reaches with the window's rkey until it is invalidated: by the peer's
+ * SEND_WITH_INV (our receive completes with QSM_WC_WITH_INV and invalidated_rkey), or by our
+ * LOCAL_INV.  Each bind gives the window a new rkey (qsm_mw_rkey()), so a peer holding an old
+ * one reaches nothing.  The window belongs to the queue, as its MRs do.
+ */
+struct qsm_mw;
+int qsm_conn_alloc_mw(struct qsm_conn *q, struct qsm_mw **ret);
+int qsm_mw_free(struct qsm_mw *mw);
+/* The rkey its last bind gave it (valid once the bind completed), 0 before any. */
+uint32_t qsm_mw_rkey(const struct qsm_mw *mw);
+/* Binds mw to [addr, addr + len) of mr with access (QSM_ACCESS_REMOTE_*), as one WR on the send
+ * queue (completion opcode QSM_WR_BIND_MW when QSM_POST_SIGNALED); -EINVAL also for an MR
+ * without QSM_ACCESS_MW_BIND or a range outside it. */
+int qsm_conn_bind_mw(struct qsm_conn *q, uint64_t wr_id, struct qsm_mw *mw, const struct qsm_mr *mr,
+		     uint64_t addr, uint64_t len, int access, unsigned int flags);
 
 /*
  * Shared receive queues (qsm_srq(3)).  A class whose srq.max_wr is not 0 gives its queues one

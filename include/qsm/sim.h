@@ -190,6 +190,7 @@ struct qsm_sim_stats {
 	unsigned device_refs;      /* references to devices that the ctxs' registries hold */
 	unsigned mrs;              /* memory regions registered, not yet deregistered */
 	unsigned srqs;             /* shared receive queues not yet destroyed */
+	unsigned mws;              /* memory windows not yet freed */
 	unsigned events_pending;   /* queued on a fabric or held by QSM_SIM_FAULT_HOLD */
 	unsigned events_delivered; /* taken by the fabrics' ctxs, since qsm_sim_new() */
 	unsigned events_dropped;   /* never to be delivered, since qsm_sim_new() */

@@ -16,7 +16,8 @@ bool qsm_mr_args_valid(const void *addr, size_t len, int access)
 {
 	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr)
 		return false;
-	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
+		       QSM_ACCESS_MW_BIND))
 		return false;
 	/* remote write needs local write (ibv_reg_mr(3)) */
 	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);
@@ -67,11 +68,32 @@ int qsm_mr_dereg(struct qsm_mr *mr)
 	return 0;
 }
 
-/* The device goes (or the queue moves to another one, or closes): deregister everything;
- * the handles stay the ULP's unless the queue itself is being freed. */
+static void mw_release(struct qsm_mw *mw)
+{
+	if (mw->fmw) {
+		mw->q->ctx->ops->dealloc_mw(mw->fmw);
+		mw->fmw = NULL;
+		mw->rkey = 0;
+	}
+}
+
+/* The device goes (or the queue moves to another one, or closes): deregister everything,
+ * windows first (they are bound to the MRs); the handles stay the ULP's unless the queue
+ * itself is being freed. */
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
 {
 	struct qsm_list *n, *next;
+
+	for (n = q->mws.next; n != &q->mws; n = next) {
+		struct qsm_mw *mw = qsm_container_of(n, struct qsm_mw, node);
+
+		next = n->next;
+		mw_release(mw);
+		if (free_handles) {
+			qsm_list_del(&mw->node);
+			free(mw);
+		}
+	}
 
 	for (n = q->mrs.next; n != &q->mrs; n = next) {
 		struct qsm_mr *mr = qsm_container_of(n, struct qsm_mr, node);
@@ -100,4 +122,45 @@ uint32_t qsm_mr_rkey(const struct qsm_mr *mr)
 int qsm_mr_valid(const struct qsm_mr *mr)
 {
 	return mr && mr->fmr;
+}
+
+int qsm_conn_alloc_mw(struct qsm_conn *q, struct qsm_mw **ret)
+{
+	struct qsm_mw *mw;
+	int r;
+
+	qsm_check(q && ret, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
+	if (!q->dev || !qsm_device_usable(q->dev))
+		return -ENODEV;
+	if (!q->ctx->ops->alloc_mw)
+		return -EOPNOTSUPP;
+	mw = calloc(1, sizeof(*mw));
+	if (!mw)
+		return -ENOMEM;
+	r = q->ctx->ops->alloc_mw(q->dev->fdev, &mw->fmw);
+	if (r < 0) {
+		free(mw);
+		return r;
+	}
+	mw->q = q;
+	qsm_list_add_tail(&q->mws, &mw->node);
+	*ret = mw;
+	return 0;
+}
+
+int qsm_mw_free(struct qsm_mw *mw)
+{
+	qsm_check(mw, -EINVAL);
+	mw_release(mw);
+	qsm_list_del(&mw->node);
+	free(mw);
+	return 0;
+}
+
+uint32_t qsm_mw_rkey(const struct qsm_mw *mw)
+{
+	qsm_check(mw, 0);
+	return mw->rkey;
 }

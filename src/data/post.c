@@ -31,10 +31,15 @@ static bool wr_ok(const struct qsm_wr *wr)
 		if (wr->flags & QSM_POST_INLINE)
 			return false;   /* a READ has no data to carry inline */
 		break;
+	case QSM_WR_LOCAL_INV:
+		if (wr->num_sge || (wr->flags & QSM_POST_INLINE))
+			return false;   /* it carries no data */
+		break;
 	case QSM_WR_SEND:
 	case QSM_WR_RDMA_WRITE:
 	case QSM_WR_SEND_WITH_IMM:
 	case QSM_WR_RDMA_WRITE_WITH_IMM:
+	case QSM_WR_SEND_WITH_INV:
 		break;
 	default:
 		return false;
@@ -100,4 +105,21 @@ int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 	if (!q->ctx->ops->post_recv)
 		return -EOPNOTSUPP;
 	return q->ctx->ops->post_recv(q->id, wr_id, sge, nsge);
+}
+
+int qsm_conn_bind_mw(struct qsm_conn *q, uint64_t wr_id, struct qsm_mw *mw, const struct qsm_mr *mr,
+		     uint64_t addr, uint64_t len, int access, unsigned int flags)
+{
+	qsm_check(q && mw && mr && mw->q == q && mr->q == q && len, -EINVAL);
+	qsm_check(!(access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) &&
+		  !(flags & ~QSM_POST_SIGNALED), -EINVAL);
+	if (q->dead)
+		return -ESTALE;
+	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
+		return -ENOTCONN;
+	if (!mw->fmw || !mr->fmr)
+		return -ENODEV;   /* released with a device that went */
+	if (!q->ctx->ops->bind_mw)
+		return -EOPNOTSUPP;
+	return q->ctx->ops->bind_mw(q->id, wr_id, mw->fmw, mr->fmr, addr, len, access, flags, &mw->rkey);
 }

@@ -55,6 +55,7 @@ struct qsm_fid;          /* an rdma_cm_id */
 struct qsm_fdev;         /* an RDMA device (ibv_context) */
 struct qsm_fmr;          /* a memory region registered on a device (ibv_mr) */
 struct qsm_fsrq;         /* a shared receive queue on a device (ibv_srq) */
+struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
 
 /*
  * Data path (the same contract: calls never call back, results come from get_event()):
@@ -114,6 +115,22 @@ struct qsm_fsrq;         /* a shared receive queue on a device (ibv_srq) */
  *   the QP took from the SRQ may complete until then).  A device that never reports LAST_WQE
  *   never reports that DRAINED either: the runtime's drain timeout (the TIMEOUT edge of
  *   DRAINING and CLOSING) bounds the wait.
+ */
+
+/*
+ * Memory windows (type 2), the same contract:
+ * - alloc_mw() makes one on a device (it keeps the device's resources alive like an MR) with
+ *   no binding; dealloc_mw() frees it.
+ * - bind_mw() posts one WR on the id's send queue that binds the window to [addr, addr + len)
+ *   of an MR of the same device registered with QSM_ACCESS_MW_BIND, for access
+ *   (QSM_ACCESS_REMOTE_*), and gives it a new rkey (*rkey, valid once the bind completed: its
+ *   completion has opcode QSM_WR_BIND_MW).  It holds a send slot like any send WR; a QP in ERR
+ *   flushes it.  What is wrong with it (no MW_BIND on the MR, a range outside it, other access
+ *   bits) is -EINVAL, nothing posted.
+ * - SEND_WITH_INV (imm_data the peer's rkey) invalidates the window with that rkey at the
+ *   responder, whose receive completes with QSM_WC_WITH_INV and invalidated_rkey; LOCAL_INV
+ *   (imm_data our rkey, no SGEs) invalidates our own.  An invalidated window reaches nothing:
+ *   the peer's RDMA through it fails as with any refused rkey.
  */
 
 /*
@@ -249,6 +266,12 @@ struct qsm_fabric_ops {
 	int (*post_srq_recv)(struct qsm_fsrq *s, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 			     int num_sge);
 	int (*arm_srq)(struct qsm_fsrq *s, uint32_t limit);
+
+	/* ---- memory windows (see their contract above) ---- */
+	int (*alloc_mw)(struct qsm_fdev *d, struct qsm_fmw **ret);
+	void (*dealloc_mw)(struct qsm_fmw *mw);
+	int (*bind_mw)(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struct qsm_fmr *mr,
+		       uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey);
 };
 
 struct qsm_fabric {

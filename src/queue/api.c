@@ -60,6 +60,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->timer.owner = &q->obj;
 	qsm_list_init(&q->dev_node);
 	qsm_list_init(&q->mrs);
+	qsm_list_init(&q->mws);
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
 	ctx->device_added = qsm_registry_device_added; /* a queue in the gap waits for one */
 	ctx->counters.queues_live++;

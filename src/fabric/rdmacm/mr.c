@@ -1,14 +1,8 @@
-/* rdma-qsm: the memory regions of the rdmacm fabric: registered with the device's PD, which each
- * keeps alive like a device_get() reference. */
+/* rdma-qsm: the memory regions and memory windows of the rdmacm fabric: on the device's PD, which
+ * each keeps alive like a device_get() reference. */
 #include <stdlib.h>
 
 #include "fabric/rdmacm/rdmacm.h"
-
-/* A registered memory region: holds its device's resources (PD) like a device_get(). */
-struct qsm_fmr {
-	struct ibv_mr *mr;
-	struct qsm_fdev *dev;
-};
 
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey)
@@ -17,7 +11,8 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 	int ibv_access = 0, r;
 
 	if (!d || !addr || !len || !ret || !lkey || !rkey ||
-	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)))
+	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
+			QSM_ACCESS_MW_BIND)))
 		return -EINVAL;
 	if (!d->present)
 		return -ENODEV;
@@ -27,6 +22,8 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 		ibv_access |= IBV_ACCESS_REMOTE_WRITE;
 	if (access & QSM_ACCESS_REMOTE_READ)
 		ibv_access |= IBV_ACCESS_REMOTE_READ;
+	if (access & QSM_ACCESS_MW_BIND)
+		ibv_access |= IBV_ACCESS_MW_BIND;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -45,6 +42,9 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 		return r;
 	}
 	m->dev = d;
+	m->access = access;
+	m->addr = (uintptr_t)addr;
+	m->len = len;
 	d->nmrs++;
 	*lkey = m->mr->lkey;
 	*rkey = m->mr->rkey;
@@ -61,6 +61,51 @@ void qsm_rc_dereg_mr(struct qsm_fmr *m)
 	d = m->dev;
 	ibv_dereg_mr(m->mr);
 	free(m);
+	d->nmrs--;
+	qsm_rc_dev_settle(d);
+}
+
+/* A type-2 window, unbound; it holds the device's resources as an MR does (counted in nmrs). */
+int qsm_rc_alloc_mw(struct qsm_fdev *d, struct qsm_fmw **ret)
+{
+	struct qsm_fmw *w;
+	int r;
+
+	if (!d || !ret)
+		return -EINVAL;
+	if (!d->present)
+		return -ENODEV;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	if ((r = qsm_rc_dev_get_resources(d, NULL)) < 0) {
+		free(w);
+		return r;
+	}
+	errno = 0;
+	w->mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+	if (!w->mw) {
+		r = errno_or(EOPNOTSUPP);
+		free(w);
+		qsm_rc_dev_settle(d);
+		return r;
+	}
+	w->dev = d;
+	w->rkey = w->mw->rkey;
+	d->nmrs++;
+	*ret = w;
+	return 0;
+}
+
+void qsm_rc_dealloc_mw(struct qsm_fmw *w)
+{
+	struct qsm_fdev *d;
+
+	if (!w)
+		return;
+	d = w->dev;
+	ibv_dealloc_mw(w->mw);
+	free(w);
 	d->nmrs--;
 	qsm_rc_dev_settle(d);
 }

@@ -268,6 +268,9 @@ static const struct qsm_fabric_ops rc_ops = {
 	.destroy_srq = qsm_rc_destroy_srq,
 	.post_srq_recv = qsm_rc_post_srq_recv,
 	.arm_srq = qsm_rc_arm_srq,
+	.alloc_mw = qsm_rc_alloc_mw,
+	.dealloc_mw = qsm_rc_dealloc_mw,
+	.bind_mw = qsm_rc_bind_mw,
 };
 
 int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)

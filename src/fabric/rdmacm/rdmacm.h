@@ -23,6 +23,21 @@
 
 /* ---- objects ---- */
 
+/* A registered memory region: holds its device's resources (PD) like a device_get(). */
+struct qsm_fmr {
+	struct ibv_mr *mr;
+	struct qsm_fdev *dev;
+	int access;                      /* QSM_ACCESS_* */
+	uint64_t addr, len;
+};
+
+/* A type-2 memory window (mr.c); its rkey is the last bind's (qsm_rc_bind_mw). */
+struct qsm_fmw {
+	struct ibv_mw *mw;
+	struct qsm_fdev *dev;
+	uint32_t rkey;
+};
+
 struct rc_srq_slot {
 	uint64_t wr_id;                  /* the ULP's */
 	uint16_t gen;                    /* bumped as the slot is freed: a stale tag never matches */
@@ -329,6 +344,10 @@ int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);
 void qsm_rc_dereg_mr(struct qsm_fmr *m);
+int qsm_rc_alloc_mw(struct qsm_fdev *d, struct qsm_fmw **ret);
+void qsm_rc_dealloc_mw(struct qsm_fmw *w);
+int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struct qsm_fmr *mr,
+		   uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey);
 int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		     int num_sge);

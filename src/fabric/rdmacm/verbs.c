@@ -471,7 +471,9 @@ static int send_opcode(enum qsm_wr_opcode op)
 	case QSM_WR_RDMA_READ: return IBV_WR_RDMA_READ;
 	case QSM_WR_SEND_WITH_IMM: return IBV_WR_SEND_WITH_IMM;
 	case QSM_WR_RDMA_WRITE_WITH_IMM: return IBV_WR_RDMA_WRITE_WITH_IMM;
-	default: return -1;
+	case QSM_WR_SEND_WITH_INV: return IBV_WR_SEND_WITH_INV;
+	case QSM_WR_LOCAL_INV: return IBV_WR_LOCAL_INV;
+	default: return -1;   /* BIND_MW: qsm_rc_bind_mw() only */
 	}
 }
 
@@ -490,6 +492,8 @@ static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
 	if (send_opcode(wr->opcode) < 0 || !qsm_rc_sges_ok(wr->sg_list, wr->num_sge) ||
 	    (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE)))
 		return false;
+	if (wr->opcode == QSM_WR_LOCAL_INV)
+		return !wr->num_sge && !(wr->flags & QSM_POST_INLINE);   /* it carries no data */
 	if (wr->flags & QSM_POST_INLINE)
 		return wr->opcode != QSM_WR_RDMA_READ &&
 		       sges_len(wr->sg_list, wr->num_sge) <= id->inline_cap;
@@ -514,7 +518,10 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 		s->send_flags |= IBV_SEND_INLINE;   /* the provider copies the data now, no lkey */
 	if (wr->opcode == QSM_WR_SEND_WITH_IMM || wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM)
 		s->imm_data = wr->imm_data;         /* carried as is: the receiver sees this value */
-	if (wr->opcode != QSM_WR_SEND && wr->opcode != QSM_WR_SEND_WITH_IMM) {
+	if (wr->opcode == QSM_WR_SEND_WITH_INV || wr->opcode == QSM_WR_LOCAL_INV)
+		s->invalidate_rkey = wr->imm_data;  /* the rkey to invalidate (verbs' union) */
+	if (wr->opcode == QSM_WR_RDMA_WRITE || wr->opcode == QSM_WR_RDMA_READ ||
+	    wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM) {
 		s->wr.rdma.remote_addr = wr->remote_addr;
 		s->wr.rdma.rkey = wr->rkey;
 	}
@@ -642,6 +649,61 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	ret = ibv_post_recv(id->cm->qp, &rwr, &bad);
 	if (ret)
 		return ret > 0 ? -ret : -EINVAL;
+	w->tail++;
+	id->fab->posts++;
+	return 0;
+}
+
+/* The access bits a bind may grant, and the MR a window may be bound to. */
+static bool bind_ok(const struct qsm_fid *id, const struct qsm_fmw *w, const struct qsm_fmr *m,
+		    uint64_t addr, uint64_t len, int access, unsigned int flags)
+{
+	return w && m && w->dev == id->dev && m->dev == id->dev && (m->access & QSM_ACCESS_MW_BIND) &&
+	       !(access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) &&
+	       !(flags & ~QSM_POST_SIGNALED) && len && addr >= m->addr && len <= m->len &&
+	       addr - m->addr <= m->len - len;
+}
+
+/* One BIND_MW on the send queue, accounted and completed as any send WR; the window's new
+ * rkey (the old one's key byte moved on) is reported at once and reaches memory once the bind
+ * completed. */
+int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struct qsm_fmr *mr,
+		   uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey)
+{
+	struct ibv_send_wr wr = { 0 }, *bad;
+	struct rc_wq *w;
+	struct rc_slot *s;
+	int ret;
+
+	if (!id || !rkey || !qsm_rc_fid_has_qp(id) || !bind_ok(id, mw, mr, addr, len, access, flags))
+		return -EINVAL;
+	if (id->qp_err)
+		return post_late(id, WQ_SEND, &(struct qsm_fabric_wr){ .wr_id = wr_id,
+								     .opcode = QSM_WR_BIND_MW }, 1, 0);
+	if (!id->qp_rts)
+		return -EINVAL;   /* as post_send: rxe would queue it before RTS */
+	w = &id->wq[WQ_SEND];
+	if (w->tail - w->head >= w->cap)
+		return -ENOBUFS;
+	s = &w->ring[w->tail & w->mask];
+	s->wr_id = wr_id;
+	s->opcode = QSM_WR_BIND_MW;
+	s->signaled = flags & QSM_POST_SIGNALED;
+	wr.wr_id = id->qp_key | w->tail;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = s->signaled ? IBV_SEND_SIGNALED : 0;
+	wr.bind_mw.mw = mw->mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info.mr = mr->mr;
+	wr.bind_mw.bind_info.addr = addr;
+	wr.bind_mw.bind_info.length = len;
+	wr.bind_mw.bind_info.mw_access_flags = (access & QSM_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
+					       (access & QSM_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0);
+	ret = ibv_post_send(id->cm->qp, &wr, &bad);
+	if (ret)
+		return ret > 0 ? -ret : -EINVAL;
+	mw->rkey = wr.bind_mw.rkey;
+	*rkey = mw->rkey;
 	w->tail++;
 	id->fab->posts++;
 	return 0;

@@ -50,7 +50,11 @@ struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc)
 		w.wc_flags |= QSM_WC_WITH_IMM;
 		w.imm_data = wc->imm_data;   /* carried as is, as the sender set it */
 	}
-	if (wc->wc_flags & IBV_WC_WITH_INV) {
+	/* rxe (and every provider whose CQEs the kernel writes) leaves the kernel's
+	 * IB_WC_WITH_INVALIDATE, bit 2, as it is: libibverbs names that bit IBV_WC_IP_CSUM_OK,
+	 * which no RC receive ever carries (checksums are raw packet and UD QPs'); measured over
+	 * soft-RoCE, a SEND_WITH_INV's receive reports only it. */
+	if (wc->wc_flags & (IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK)) {
 		w.wc_flags |= QSM_WC_WITH_INV;
 		w.invalidated_rkey = wc->invalidated_rkey;
 	}

@@ -66,6 +66,9 @@ static const struct qsm_fabric_ops sim_ops = {
 	.destroy_srq = sim_destroy_srq,
 	.post_srq_recv = sim_post_srq_recv,
 	.arm_srq = sim_arm_srq,
+	.alloc_mw = sim_alloc_mw,
+	.dealloc_mw = sim_dealloc_mw,
+	.bind_mw = sim_bind_mw,
 };
 
 int qsm_sim_new(struct qsm_sim **ret)
@@ -159,6 +162,7 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 			return -ENOMEM;
 		d->sim = sim;
 		qsm_list_init(&d->mrs);
+		qsm_list_init(&d->mws);
 		strcpy(d->name, name);
 		qsm_list_add_tail(&sim->devices, &d->node);
 	}

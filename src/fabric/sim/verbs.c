@@ -230,7 +230,8 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 
 	if (!d || !addr || !len || !ret || !lkey || !rkey)
 		return -EINVAL;
-	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ))
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
+		       QSM_ACCESS_MW_BIND))
 		return -EINVAL;
 	/* ibv_reg_mr: remote write needs local write. */
 	if ((access & QSM_ACCESS_REMOTE_WRITE) && !(access & QSM_ACCESS_LOCAL_WRITE))
@@ -296,12 +297,81 @@ static struct sim_mr *mr_by_key(struct sim_device *d, uint32_t key, bool remote)
 }
 
 /* Does `key` on `d` grant `access` to [addr, addr + len)? */
+/* The bound window of `d` that `rkey` names, or NULL. */
+static struct sim_mw *mw_by_rkey(struct sim_device *d, uint32_t rkey)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &d->mws) {
+		struct sim_mw *w = qsm_container_of(pos, struct sim_mw, node);
+
+		if (w->bound && w->rkey == rkey)
+			return w;
+	}
+	return NULL;
+}
+
+/* An rkey is an MR's or a bound window's (whose range lies in its MR: the bind checked it). */
 static bool mr_grants(struct sim_device *d, uint32_t key, bool remote, uint64_t addr, uint64_t len,
 		      int access)
 {
 	struct sim_mr *mr = mr_by_key(d, key, remote);
+	struct sim_mw *w;
 
-	return mr && (mr->access & access) == access && mr_covers(mr, addr, len);
+	if (mr)
+		return (mr->access & access) == access && mr_covers(mr, addr, len);
+	w = remote ? mw_by_rkey(d, key) : NULL;
+	return w && (w->access & access) == access && addr >= w->addr && len <= w->len &&
+	       addr - w->addr <= w->len - len;
+}
+
+/* ---- memory windows (type 2): bound by a WR, invalidated by the peer's SEND_WITH_INV or
+ * our LOCAL_INV ---- */
+
+int sim_alloc_mw(struct qsm_fdev *fdev, struct qsm_fmw **ret)
+{
+	struct sim_device *d = to_dev(fdev);
+	struct sim_mw *w;
+
+	if (!d || !ret)
+		return -EINVAL;
+	if (!device_up(d))
+		return -ENODEV;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->dev = d;
+	w->rkey = (++d->sim->next_key) << 8;   /* the low byte is the key each bind moves on */
+	qsm_list_add_tail(&d->mws, &w->node);
+	d->nmrs++;
+	d->sim->st.mws++;
+	*ret = (struct qsm_fmw *)(void *)w;
+	return 0;
+}
+
+void sim_dealloc_mw(struct qsm_fmw *fmw)
+{
+	struct sim_mw *w = (struct sim_mw *)(void *)fmw;
+	struct sim_device *d;
+
+	if (!w)
+		return;
+	d = w->dev;
+	qsm_list_del(&w->node);
+	d->nmrs--;
+	d->sim->st.mws--;
+	free(w);
+	sim_device_settle(d);
+}
+
+/* The window with that rkey on `d`, bound, is invalidated: true, else false. */
+static bool mw_invalidate(struct sim_device *d, uint32_t rkey)
+{
+	struct sim_mw *w = mw_by_rkey(d, rkey);
+
+	if (w)
+		w->bound = false;
+	return w != NULL;
 }
 
 /* ---- posts: WRs execute when posted, against the MRs their keys name ---- */
@@ -386,6 +456,10 @@ static void recv_done(struct sim_id *peer, struct sim_recv *r, const struct qsm_
 		wc.wc_flags = QSM_WC_WITH_IMM;
 		wc.imm_data = wr->imm_data;
 	}
+	if (wr->opcode == QSM_WR_SEND_WITH_INV) {
+		wc.wc_flags = QSM_WC_WITH_INV;
+		wc.invalidated_rkey = wr->imm_data;
+	}
 	complete_wc(peer, &wc, 0, true);
 	recv_free(peer, r);
 }
@@ -413,6 +487,14 @@ static void send_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	if (!sges_valid(peer->dev, r->sge, r->num_sge, QSM_ACCESS_LOCAL_WRITE) ||
 	    len > sges_len(r->sge, r->num_sge))
 		rstatus = QSM_WC_LOC_QP_OP_ERR;
+	/* SEND_WITH_INV: the rkey must be a bound window of the responder's (the sim's choice for
+	 * one that is not: the IB spec's invalid request, REM_INV_REQ_ERR, the receive flushed) */
+	if (rstatus == QSM_WC_SUCCESS && wr->opcode == QSM_WR_SEND_WITH_INV &&
+	    !mw_invalidate(peer->dev, wr->imm_data)) {
+		sim_qp_err(peer);
+		send_failed(id, wr, QSM_WC_REM_INV_REQ_ERR);
+		return;
+	}
 	if (rstatus != QSM_WC_SUCCESS) {
 		complete_wc(peer, &(struct qsm_fabric_wc){ .wr_id = r->wr_id, .status = rstatus,
 							   .opcode = QSM_WR_RECV }, 0, true);
@@ -474,6 +556,11 @@ static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
 	case QSM_WR_RDMA_WRITE:
 	case QSM_WR_SEND_WITH_IMM:
 	case QSM_WR_RDMA_WRITE_WITH_IMM:
+	case QSM_WR_SEND_WITH_INV:
+		break;
+	case QSM_WR_LOCAL_INV:
+		if (wr->num_sge || (wr->flags & QSM_POST_INLINE))
+			return -EINVAL;   /* it carries no data */
 		break;
 	case QSM_WR_RDMA_READ:
 		if (wr->flags & QSM_POST_INLINE)
@@ -514,13 +601,22 @@ static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
 		send_failed(id, wr, QSM_WC_LOC_LEN_ERR);
 		return;
 	}
+	if (wr->opcode == QSM_WR_LOCAL_INV) {
+		/* our own window: no peer involved (an rkey that names none: a local error) */
+		if (mw_invalidate(id->dev, wr->imm_data))
+			send_done(id, wr, 0);
+		else
+			send_failed(id, wr, QSM_WC_LOC_PROT_ERR);
+		return;
+	}
 	/* A responder that is gone or in ERR drops the packets: the transport retries run out. */
 	peer = id->peer;
 	if (!peer || peer->qp != SIM_QP_RTS) {
 		send_failed(id, wr, QSM_WC_RETRY_EXC_ERR);
 		return;
 	}
-	if (wr->opcode == QSM_WR_SEND || wr->opcode == QSM_WR_SEND_WITH_IMM)
+	if (wr->opcode == QSM_WR_SEND || wr->opcode == QSM_WR_SEND_WITH_IMM ||
+	    wr->opcode == QSM_WR_SEND_WITH_INV)
 		send_to(id, peer, wr);
 	else
 		rdma_to(id, peer, wr);
@@ -580,5 +676,37 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 		return -ENOMEM;
 	qsm_list_add_tail(&id->recvs, &r->node);
 	id->nrecvs++;
+	return 0;
+}
+
+/* One BIND_MW on the send queue: checked as ibv_post_send would (-EINVAL), executed at once. */
+int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct qsm_fmr *fmr,
+		uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_mw *w = (struct sim_mw *)(void *)fmw;
+	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
+	struct qsm_fabric_wr wr = { .wr_id = wr_id, .opcode = QSM_WR_BIND_MW, .flags = flags };
+
+	if (!id || !w || !mr || !rkey || id->qp == SIM_QP_NONE || w->dev != id->dev || mr->dev != id->dev ||
+	    !(mr->access & QSM_ACCESS_MW_BIND) || (access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) ||
+	    (flags & ~QSM_POST_SIGNALED) || !len || !mr_covers(mr, addr, len))
+		return -EINVAL;
+	if (id->qp == SIM_QP_ERR) {
+		flush(id, wr_id, QSM_WR_BIND_MW, false);
+		return 0;
+	}
+	if (id->qp != SIM_QP_RTS)
+		return -EINVAL;
+	if (id->nsends >= id->cap.max_send_wr)
+		return -ENOBUFS;
+	id->nsends++;
+	w->rkey = (w->rkey & ~0xffu) | ((w->rkey + 1) & 0xffu);   /* as ibv_inc_rkey */
+	w->bound = true;
+	w->addr = addr;
+	w->len = len;
+	w->access = access;
+	*rkey = w->rkey;
+	send_done(id, &wr, 0);
 	return 0;
 }

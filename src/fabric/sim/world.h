@@ -38,8 +38,20 @@ struct sim_device {
 	char name[DEV_NAME_MAX];
 	struct sockaddr_storage addr;        /* port 0 */
 	enum qsm_sim_device_state state;
-	unsigned nids, nqps, refs, nmrs, nsrqs; /* what keeps a removed device REMOVING */
+	unsigned nids, nqps, refs, nmrs, nsrqs; /* what keeps a removed device REMOVING (nmrs:
+	                                           MRs and memory windows) */
 	struct qsm_list mrs;                     /* its MRs, registration order */
+	struct qsm_list mws;                     /* its memory windows, allocation order */
+};
+
+/* A type-2 memory window: while bound, its rkey reaches [addr, addr + len) of its MR. */
+struct sim_mw {
+	struct qsm_list node;                    /* in sim_device.mws */
+	struct sim_device *dev;
+	uint32_t rkey;
+	bool bound;
+	uint64_t addr, len;
+	int access;                          /* QSM_ACCESS_REMOTE_* */
 };
 
 /* A shared receive queue: receives posted to it wait, in order, for a SEND to any of its QPs. */
@@ -287,6 +299,10 @@ void sim_dereg_mr(struct qsm_fmr *fmr);
 int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted);
 int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		  int num_sge);
+int sim_alloc_mw(struct qsm_fdev *fdev, struct qsm_fmw **ret);
+void sim_dealloc_mw(struct qsm_fmw *fmw);
+int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct qsm_fmr *fmr,
+		uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey);
 
 /* ---- srq.c ---- */
 
