@@ -5,9 +5,11 @@
 # depth (-r, send) and iterations (-n) on both command lines; runs alternate (perftest, qsm,
 # perftest, qsm, ...) so that noise hits both.  Prints a table and one line per figure:
 #   ratio send_bw_64 qsm/perftest X.XX     (BW average ratio, > 1 = qsm faster)
-# The ratios are figures, not thresholds: the scenario fails only if a transfer fails, data is
-# wrong (qsm-bw checks every message's sequence number and the bodies; perftest checks
-# nothing), or a program errs or hangs (every run is bounded).
+# The ratios are figures, not thresholds: the scenario fails only if a qsm-bw transfer fails,
+# its data is wrong (qsm-bw checks every message's sequence number and the bodies; perftest
+# checks nothing), or it errs or hangs (every run is bounded).  A perftest run that fails twice
+# leaves its round without a perftest figure (shown, with its logs): the baseline's own failure
+# says nothing about qsm.
 #   tests/vm/run tests/vm/scenarios/datapath.sh [ROUNDS [QSM_BW_BINARY]]
 # ROUNDS (default 2): perftest/qsm pairs per figure.  Iterations: QSM_DATAPATH_ITERS="64:N
 # 4096:N 65536:N" (default 20000, 5000 and 1000: ~0.5 s, 0.4 s, 1 s of transfer each).
@@ -47,34 +49,34 @@ bad_run() { # LABEL SLOG CLOG MESSAGE
 	failures=$((failures + 1))
 }
 
-# run_perftest MODE SIZE ITERS LABEL: sets bw (the client's BW average, MB/sec), or fails (1); a
-# perftest that crashes (killed by a signal: ib_write_bw has died of a general protection fault
-# inside librdmacm here, twice in one session) is run once more, and if it crashes again the
-# round has no perftest figure (2), reported, not counted as a failure: the baseline's own crash
-# says nothing about qsm, whose runs are still checked.
+# run_perftest MODE SIZE ITERS LABEL: sets bw (the client's BW average, MB/sec), or returns 2:
+# the round has no perftest figure.  perftest is the baseline, not what is tested: a run of it
+# that fails (ib_write_bw and ib_send_bw have died of a general protection fault inside
+# librdmacm here, and hung after) is run once more, on a port of its own; if that fails too the
+# round goes without its figure, with the logs shown.  qsm-bw's runs are checked whatever it did.
 run_perftest() {
 	local try
 	for try in 1 2; do
 		run_perftest_once "$@" "$try" && return 0
-		((pt_crashed)) || return 1
 	done
-	echo "   perftest $4 crashed twice: no perftest figure for this round"
+	echo "   perftest $4 failed twice: no perftest figure for this round"
 	return 2
 }
 
 run_perftest_once() {
-	local mode=$1 size=$2 iters=$3 label=$4 try=$5 slog clog spid crc src args
+	local mode=$1 size=$2 iters=$3 label=$4 try=$5 slog clog spid crc src args port
 	slog=$out/$label-perftest-server.log
 	clog=$out/$label-perftest-client.log
 	((try > 1)) && slog=$out/$label-perftest-server.$try.log clog=$out/$label-perftest-client.$try.log
-	pt_crashed=0
-	args=(-R -s "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod" -p "$pt_port" -F)
+	# a retry on a port of its own: the crashed run's server may still hold the first
+	port=$((pt_port + (try - 1) * 10))
+	args=(-R -s "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod" -p "$port" -F)
 	[[ $mode == send ]] && args+=(-r "$rx_depth")
 	bw=
-	wait_port_free $pt_port || echo "   (port $pt_port still has a cm_id; trying anyway)"
+	wait_port_free $port || echo "   (port $port still has a cm_id; trying anyway)"
 	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" >"$slog" 2>&1 &
 	spid=$!
-	vm_wait_listen $pt_port || echo "   (no LISTEN cm_id seen for port $pt_port; trying anyway)"
+	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
 	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" "$addr" >"$clog" 2>&1
 	crc=$?
 	vm_wait_bounded "$spid" 20
@@ -82,14 +84,10 @@ run_perftest_once() {
 	# the result row: #bytes #iterations BW-peak BW-average MsgRate
 	bw=$(awk -v s="$size" -v n="$iters" '$1 == s && $2 == n && NF >= 5 { print $4; exit }' "$clog")
 	if [[ $crc != 0 || $src != 0 || -z $bw ]]; then
-		# 128 + signal; 137 is timeout's KILL: a hang, not a crash
-		((crc > 128 && crc != 137)) && pt_crashed=1
-		if ((pt_crashed)); then
-			echo "   perftest $label: client exit $crc (a signal), server exit $src (try $try)"
-			dmesg | tail -n 3 | sed 's/^/   /'
-		else
-			bad_run "perftest $label" "$slog" "$clog" "client exit $crc, server exit $src, BW '${bw}'"
-		fi
+		echo "   perftest $label (try $try): client exit $crc, server exit $src, BW '${bw}'"
+		sed "s/^/     server: /" "$slog" | tail -n 5
+		sed "s/^/     client: /" "$clog" | tail -n 5
+		dmesg | tail -n 3 | sed 's/^/     /'
 		bw=
 		return 1
 	fi
@@ -140,7 +138,6 @@ sizes=(64 4096 65536)
 declare -A size_name=([64]=64 [4096]=4k [65536]=64k)
 declare -A pt_sum qsm_sum pt_all qsm_all
 t_start=$(usec)
-pt_crashed=0
 for mode in send write; do
 	for size in "${sizes[@]}"; do
 		iters=${iters_of[$size]:-1000}
@@ -151,10 +148,9 @@ for mode in send write; do
 			t0=$(usec)
 			pt_rc=0
 			run_perftest "$mode" "$size" "$iters" "$fig-$r" || pt_rc=$?
-			((pt_rc == 1)) && continue
 			pt_bw=-
-			if ((pt_rc == 2)); then
-				:   # crashed twice: no perftest figure this round; qsm's run is still checked
+			if ((pt_rc)); then
+				:   # failed twice: no perftest figure this round; qsm's run is still checked
 			elif awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
 				pt_bw=$bw
 				pt_sum[$fig]=$(awk -v a="${pt_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
