@@ -17,15 +17,17 @@
 /*
  * How a combination runs (one loop-test iteration each):
  *   1. drive the queue to the state, stopping it there by holding (QSM_SIM_FAULT_HOLD)
- *      the event that would move it on;
+ *      the event that would move it on; where it can post, fill its send queue with one
+ *      list and its receive queue;
  *   2. inject the fault with the held events still held, then *provoke* what the state
  *      waits for (release the held events, connect from IDLE/FAILED, lose or close a
  *      live connection), and let virtual time run;
  *   3. recover (faults disarmed, held events released, device back, ready/connect) and
  *      run again;
  * then assert the edge the fault must take (as the .rl files and doc/machines.md give it),
- * the state the queue ends in, that no callback came after a destroy, that every event
- * was accounted for, and that nothing leaked once both ctxs are freed.
+ * the state the queue ends in, that every WR it posted completed as qsm_conn_post_send(3)
+ * says (once, or not at all), that no callback came after a destroy, that every event was
+ * accounted for, and that nothing leaked once both ctxs are freed.
  */
 
 #define MS 1000000ull
@@ -59,6 +61,7 @@ struct rec {
 	bool auto_ready;            /* CONNECTED.enter calls qsm_conn_ready() */
 	bool defer;                 /* passive: REQUESTED.enter decides nothing */
 	int device_removed;
+	int qps_made;               /* qp_ready calls: a new one is a new QP */
 	unsigned nlog;
 	struct step log[LOG_MAX];
 };
@@ -153,7 +156,7 @@ static int h_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 static int h_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	(void)ev;
-	cb(q, "qp_ready");
+	cb(q, "qp_ready")->qps_made++;
 	return 0;
 }
 
@@ -165,6 +168,48 @@ static void h_release(struct qsm_conn *q)
 	r->gone = true;
 }
 
+/*
+ * Work requests: the queue under test posts lists that fill its send queue and receives that
+ * fill its receive queue; every completion is counted here, by wr_id, against what the
+ * contract says of its WR (qsm_conn_post_send(3) "Completions" and "Flushes").
+ */
+#define SQ_WR 4                 /* the matrix's QPs are small: a full queue is cheap to post */
+#define RQ_WR 4
+#define WR_TAG 0x5100000000000000ull   /* our wr_ids: WR_TAG + index (the SRQ's are 0..SRQ_WR-1) */
+#define WR_REFUSED (WR_TAG + 0x10000)  /* a list that must be refused: none may complete */
+#define WR_MAX 64
+
+enum want {
+	W_NOTHING,                  /* an unsignaled WR that succeeded: no completion */
+	W_SUCCESS,                  /* a signaled WR on a QP in RTS */
+	W_FLUSH,                    /* posted to a QP in ERR */
+	W_HELD,                     /* a receive on the QP: flushed, gone with it, or still posted */
+};
+
+struct wr_rec {
+	struct qsm_conn *q;
+	enum want want;
+	unsigned completions;
+	enum qsm_wc_status status;
+};
+static struct wr_rec wrs[WR_MAX];
+static unsigned nwrs;
+static unsigned wr_strays;      /* completions of a wr_id never posted, or on another queue */
+
+static int h_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	uint64_t i = wc->wr_id - WR_TAG;
+
+	cb(q, "completion");
+	if (wc->wr_id < WR_TAG || i >= nwrs || wrs[i].q != q) {
+		wr_strays++;
+		return 0;
+	}
+	wrs[i].completions++;
+	wrs[i].status = wc->status;
+	return 0;
+}
+
 #define H { .enter = h_enter, .exit = h_exit, .on_event = h_on_event }
 static const struct qsm_class test_class = {
 	.name = "faults",
@@ -174,7 +219,9 @@ static const struct qsm_class test_class = {
 	.unexpected = h_unexpected,
 	.device_removed = h_device_removed,
 	.qp_ready = h_qp_ready,
+	.completion = h_completion,
 	.release = h_release,
+	.qp = { .max_send_wr = SQ_WR, .max_recv_wr = RQ_WR },
 };
 
 /* The same class on a shared receive queue (qsm_srq_post_recv(3)): srq_low fills it from a pool
@@ -278,6 +325,8 @@ static void setup(void)
 	lows_at_connect_error = -1;
 	srq_pool[0] = srq_pool[1] = NULL;
 	last_passive = NULL;
+	memset(wrs, 0, sizeof(wrs));
+	nwrs = wr_strays = 0;
 	listener = NULL;
 	memset(&ctally, 0, sizeof(ctally));
 	memset(&stally, 0, sizeof(stally));
@@ -626,6 +675,144 @@ static void srq_begin(bool passive)
 	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, srq_buf, sizeof(srq_buf), QSM_ACCESS_LOCAL_WRITE, &srq_pool[1]), 0);
 }
 
+/* ---- work-request lists and the send queue's accounting ---- */
+
+/* n zero-length RDMA WRITEs (they need no rkey: IBA C9-88), unsignaled but the last; their
+ * ids from `first` (WR_REFUSED: a list that must post none). */
+static void wr_list(struct qsm_wr *list, int n, uint64_t first)
+{
+	for (int i = 0; i < n; i++)
+		list[i] = (struct qsm_wr){ .wr_id = first + (uint64_t)i, .opcode = QSM_WR_RDMA_WRITE,
+					   .flags = i == n - 1 ? QSM_POST_SIGNALED : 0 };
+}
+
+/* Posts n WRs as one list, which must all go (rc 0), recorded with what each must report. */
+static void post_list_ok(struct rec *r, int n, bool err)
+{
+	struct qsm_wr list[WR_MAX];
+	int posted = -1;
+
+	ck_assert_uint_le(nwrs + (unsigned)n, WR_MAX);
+	wr_list(list, n, WR_TAG + nwrs);
+	ck_assert_int_eq(qsm_conn_post_list(r->q, list, n, &posted), 0);
+	ck_assert_int_eq(posted, n);
+	for (int i = 0; i < n; i++)
+		wrs[nwrs++] = (struct wr_rec){ .q = r->q, .want = err ? W_FLUSH : i == n - 1 ? W_SUCCESS : W_NOTHING };
+}
+
+/* A list of n refused with `rc`: nothing posted (*posted 0), nothing to complete. */
+static void post_list_refused(struct rec *r, int n, int rc)
+{
+	struct qsm_wr list[WR_MAX];
+	int posted = -1;
+
+	wr_list(list, n, WR_REFUSED);
+	ck_assert_int_eq(qsm_conn_post_list(r->q, list, n, &posted), rc);
+	ck_assert_int_eq(posted, 0);
+}
+
+/* Receives of no length (nsge 0): n that go, then, unless the QP is in ERR (a receive posted
+ * there is flushed and holds no slot), one more that finds the receive queue full. */
+static void post_recvs(struct rec *r, int n, bool err)
+{
+	for (int i = 0; i < n; i++) {
+		ck_assert_uint_lt(nwrs, WR_MAX);
+		ck_assert_int_eq(qsm_conn_post_recv(r->q, WR_TAG + nwrs, NULL, 0), 0);
+		wrs[nwrs++] = (struct wr_rec){ .q = r->q, .want = err ? W_FLUSH : W_HELD };
+	}
+	if (!err)
+		ck_assert_int_eq(qsm_conn_post_recv(r->q, WR_REFUSED, NULL, 0), -ENOBUFS);
+}
+
+/*
+ * Before the fault: the queue fills its send queue with one list and its receive queue, where
+ * it can post at all (qsm_conn_post_send(3) ERRORS).  No QP, or its drain has started: -ENOTCONN.
+ * A QP not yet ready to send (INIT; the sim's rule): sends -EINVAL, receives go.  RTS: a list
+ * one longer than the queue is -ENOBUFS, the full list goes, then not one more (the unsignaled
+ * WRs hold their slots until the last one's completion is taken).  ERR: everything goes and is
+ * flushed, holding no slot.  A queue on an SRQ posts no receive of its own (-EINVAL).
+ */
+static void fill_queues(struct rec *r, enum qsm_machine m, struct qsm_fabric *fab)
+{
+	struct qsm_state_info info;
+	bool srq = on_srq;   /* r is the queue under test */
+	int hw;
+
+	ck_assert_int_eq(qsm_machine_state_info(m, qsm_conn_state(r->q), &info), 0);
+	if (srq)
+		ck_assert_int_eq(qsm_conn_post_recv(r->q, WR_REFUSED, NULL, 0), -EINVAL);
+	if (qsm_conn_qp_state(r->q) == -ENOENT || info.drains) {
+		post_list_refused(r, SQ_WR, -ENOTCONN);
+		if (!srq)
+			ck_assert_int_eq(qsm_conn_post_recv(r->q, WR_REFUSED, NULL, 0), -ENOTCONN);
+		return;
+	}
+	hw = qsm_sim_qp_state(sim, fab, r->q);
+	switch (hw) {
+	case QSM_QP_INIT:
+		post_list_refused(r, SQ_WR, -EINVAL);
+		break;
+	case QSM_QP_RTS:
+		post_list_refused(r, SQ_WR + 1, -ENOBUFS);
+		post_list_ok(r, SQ_WR, false);
+		post_list_refused(r, 1, -ENOBUFS);
+		break;
+	case QSM_QP_ERR:
+		post_list_ok(r, SQ_WR, true);
+		post_list_ok(r, SQ_WR + 1, true);
+		break;
+	default:
+		ck_abort_msg("%s: QP in state %d", qsm_conn_state_name(r->q), hw);
+	}
+	if (!srq)
+		post_recvs(r, hw == QSM_QP_ERR ? RQ_WR + 1 : RQ_WR, hw == QSM_QP_ERR);
+}
+
+/* What became of the receives on the QP the queue had at the fault (qsm_conn_post_send(3),
+ * "Flushes"). */
+enum recvs_fate {
+	R_POSTED,                   /* the queue is LIVE on that QP still: no completion yet */
+	R_FLUSHED,                  /* the QP erred: one flush each */
+	R_GONE,                     /* destroyed first, with them: no completion */
+};
+
+/*
+ * The QP goes without its flushes when the device is removed (its DEVICE_REMOVAL comes before
+ * them and the QP is destroyed after the device_removed handler), and when HOLD keeps back what
+ * the queue waits for until a timeout destroys the QP (a connect that never came up; a drain
+ * whose flushes and DRAINED were held: "when the drain does not complete in time").  Else the
+ * QP erred (QP_FATAL, DISCONNECTED, REJECTED, CONNECT_ERROR, the drain) and its receives
+ * flushed before anything reported the cause, or the queue is on it still.
+ */
+static enum recvs_fate recvs_fate(const struct row *w, struct rec *r, int live, int qps_at_fill)
+{
+	if (!r->released && state_of(r) == live && r->qps_made == qps_at_fill)
+		return R_POSTED;
+	if (w->fault == F_DEVICE_REMOVAL || (w->fault == F_HOLD && w->event == QSM_EV_TIMEOUT))
+		return R_GONE;
+	return R_FLUSHED;
+}
+
+/* After the recovery: every WR posted before the fault completed as the contract says, exactly
+ * once, or not at all where no completion is due. */
+static void check_wrs(const struct row *w, enum qsm_machine m, enum recvs_fate fate)
+{
+	const char *sname = qsm_state_name(m, w->state);
+
+	ck_assert_msg(wr_strays == 0, "%s in %s: %u completions of no WR of the queue", fault_names[w->fault],
+		      sname, wr_strays);
+	for (unsigned i = 0; i < nwrs; i++) {
+		const struct wr_rec *x = &wrs[i];
+		enum want want = x->want != W_HELD ? x->want : fate == R_FLUSHED ? W_FLUSH : W_NOTHING;
+		enum qsm_wc_status status = want == W_SUCCESS ? QSM_WC_SUCCESS : QSM_WC_WR_FLUSH_ERR;
+
+		ck_assert_msg(x->completions == (want != W_NOTHING) && (want == W_NOTHING || x->status == status),
+			      "%s in %s: WR %u (%s) completed %u times, status %d", fault_names[w->fault], sname, i,
+			      want == W_NOTHING ? "no completion" : want == W_SUCCESS ? "success" : "flush",
+			      x->completions, x->status);
+	}
+}
+
 /* ---- the active queue ---- */
 
 #define A(x) QSM_CM_##x
@@ -948,11 +1135,14 @@ static void active_case(const struct row *row)
 	struct rec *r;
 	bool connected = false;
 	unsigned mark;
+	int qps_at_fill;
 
 	listen_server();
 	r = new_client(w->state == QSM_CM_FAILED ? 2 : 0);
 	drive_active(r, w->state);
 	mark = r->nlog;
+	fill_queues(r, QSM_MACHINE_CM_ID, cfab);
+	qps_at_fill = r->qps_made;
 
 	/* the fault, in the state */
 	if (is_armed(w->fault)) {
@@ -1004,6 +1194,7 @@ static void active_case(const struct row *row)
 	if (!r->released && state_of(r) == QSM_CM_LIVE)
 		ck_assert_int_eq(qsm_conn_qp_state(r->q), QSM_QP_RTS);
 	srq_check(r, cctx, QSM_CM_LIVE);
+	check_wrs(w, QSM_MACHINE_CM_ID, recvs_fate(w, r, QSM_CM_LIVE, qps_at_fill));
 	finish();
 }
 
@@ -1175,12 +1366,15 @@ static void passive_case(const struct row *row)
 	const struct row *w = srq_row(row, &x, false);
 	struct rec *c, *s;
 	unsigned mark;
+	int qps_at_fill;
 
 	dispatch_order(true); /* the server's own calls post first */
 	listen_server();
 	c = new_client(0);
 	s = drive_passive(c, w->state);
 	mark = s->nlog;
+	fill_queues(s, QSM_MACHINE_ACCEPT, sfab);
+	qps_at_fill = s->qps_made;
 
 	if (is_armed(w->fault)) {
 		ck_assert_int_eq(qsm_sim_inject(sim, sim_fault[w->fault], 1), 0);
@@ -1230,6 +1424,7 @@ static void passive_case(const struct row *row)
 	/* the active side comes back, unless it was the one that closed */
 	ck_assert_int_eq(state_of(c), w->state == QSM_ACCEPT_DRAINING ? QSM_CM_CLOSED : QSM_CM_LIVE);
 	srq_check(s, sctx, QSM_ACCEPT_LIVE);
+	check_wrs(w, QSM_MACHINE_ACCEPT, recvs_fate(w, s, QSM_ACCEPT_LIVE, qps_at_fill));
 	finish();
 }
 
