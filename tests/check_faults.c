@@ -26,8 +26,9 @@
  *      run again;
  * then assert the edge the fault must take (as the .rl files and doc/machines.md give it),
  * the state the queue ends in, that every WR it posted completed as qsm_conn_post_send(3)
- * says (once, or not at all), that no callback came after a destroy, that every event was
- * accounted for, and that nothing leaked once both ctxs are freed.
+ * says (once, or not at all), that a LIVE queue fills its queues again, that no callback
+ * came after a destroy, that every event was accounted for, and that nothing leaked once
+ * both ctxs are freed.
  */
 
 #define MS 1000000ull
@@ -813,6 +814,32 @@ static void check_wrs(const struct row *w, enum qsm_machine m, enum recvs_fate f
 	}
 }
 
+/*
+ * The queue is LIVE after the recovery: its send queue takes a full list again, and not one WR
+ * more, so no slot leaked across the fault.  On a new QP so does its receive queue; on the QP it
+ * had, the receives posted before the fault still hold theirs.
+ */
+static void refill_after_recovery(struct rec *r, int qps_at_fill)
+{
+	unsigned first = nwrs;
+
+	post_list_refused(r, SQ_WR + 1, -ENOBUFS);
+	post_list_ok(r, SQ_WR, false);
+	post_list_refused(r, 1, -ENOBUFS);
+	if (!on_srq && r->qps_made > qps_at_fill)
+		post_recvs(r, RQ_WR, false);
+	else if (!on_srq)
+		ck_assert_int_eq(qsm_conn_post_recv(r->q, WR_REFUSED, NULL, 0), -ENOBUFS);
+	harness_settle(&world);
+	for (unsigned i = first; i < nwrs; i++)
+		ck_assert_uint_eq(wrs[i].completions, wrs[i].want == W_SUCCESS);
+	/* the list's completion was taken: its slots are free again */
+	post_list_ok(r, SQ_WR, false);
+	harness_settle(&world);
+	ck_assert_uint_eq(wrs[nwrs - 1].completions, 1);
+	ck_assert_int_eq(wrs[nwrs - 1].status, QSM_WC_SUCCESS);
+}
+
 /* ---- the active queue ---- */
 
 #define A(x) QSM_CM_##x
@@ -1195,6 +1222,8 @@ static void active_case(const struct row *row)
 		ck_assert_int_eq(qsm_conn_qp_state(r->q), QSM_QP_RTS);
 	srq_check(r, cctx, QSM_CM_LIVE);
 	check_wrs(w, QSM_MACHINE_CM_ID, recvs_fate(w, r, QSM_CM_LIVE, qps_at_fill));
+	if (!r->released && state_of(r) == QSM_CM_LIVE)
+		refill_after_recovery(r, qps_at_fill);
 	finish();
 }
 
@@ -1425,6 +1454,8 @@ static void passive_case(const struct row *row)
 	ck_assert_int_eq(state_of(c), w->state == QSM_ACCEPT_DRAINING ? QSM_CM_CLOSED : QSM_CM_LIVE);
 	srq_check(s, sctx, QSM_ACCEPT_LIVE);
 	check_wrs(w, QSM_MACHINE_ACCEPT, recvs_fate(w, s, QSM_ACCEPT_LIVE, qps_at_fill));
+	if (!s->released && state_of(s) == QSM_ACCEPT_LIVE)
+		refill_after_recovery(s, qps_at_fill);
 	finish();
 }
 
