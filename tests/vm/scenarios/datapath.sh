@@ -25,17 +25,21 @@ tmp=${TMPDIR:-/tmp}
 out=${QSM_VM_OUT:-$tmp}
 iters_spec=${QSM_DATAPATH_ITERS:-64:20000 4096:5000 65536:1000}
 tx_depth=128 cq_mod=100 rx_depth=512   # perftest's defaults, given to both explicitly
-pt_port=18515 qsm_port=18516
+# Every run listens on a port of its own (perftest from 18600, qsm-bw from 18800), so no run waits
+# for the cm_id of the one before to go, and nothing polls the kernel's restrack (`rdma resource
+# show`) while a run starts: once, in CI, that dump and ib_send_bw's rdma_cm calls locked up both
+# vCPUs of the guest for good.
+pt_base=18600 qsm_base=18800 run_no=0
 failures=0
 export QSM_RDMACM_STATS=1   # qsm-bw's completion statistics (batches per poll), in its logs
 
 usec() { echo "${EPOCHREALTIME/[.,]/}"; }
-# Wait (bounded) until no cm_id of a finished run is left on the port (the next server binds it).
-wait_port_free() {
-	local port=$1 end
-	end=$(($(usec) + 5000000))
+# Wait (bounded, 10 s) until a server's log shows PATTERN (it is listening): 1 if it never does.
+wait_log() {
+	local log=$1 pattern=$2 end
+	end=$(($(usec) + 10000000))
 	while (($(usec) < end)); do
-		rdma resource show cm_id 2>/dev/null | grep -q ":$port\b" || return 0
+		grep -q "$pattern" "$log" 2>/dev/null && return 0
 		sleep 0.05
 	done
 	return 1
@@ -68,15 +72,14 @@ run_perftest_once() {
 	slog=$out/$label-perftest-server.log
 	clog=$out/$label-perftest-client.log
 	((try > 1)) && slog=$out/$label-perftest-server.$try.log clog=$out/$label-perftest-client.$try.log
-	# a retry on a port of its own: the crashed run's server may still hold the first
-	port=$((pt_port + (try - 1) * 10))
+	run_no=$((run_no + 1))   # a retry too: the failed run's server may still hold its port
+	port=$((pt_base + run_no))
 	args=(-R -s "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod" -p "$port" -F)
 	[[ $mode == send ]] && args+=(-r "$rx_depth")
 	bw=
-	wait_port_free $port || echo "   (port $port still has a cm_id; trying anyway)"
-	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" >"$slog" 2>&1 &
+	timeout -s KILL 60 stdbuf -oL "ib_${mode}_bw" "${args[@]}" >"$slog" 2>&1 &
 	spid=$!
-	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
+	wait_log "$slog" 'Waiting for client' || echo "   (perftest's server never said it listens on $port; trying anyway)"
 	timeout -s KILL 60 "ib_${mode}_bw" "${args[@]}" "$addr" >"$clog" 2>&1
 	crc=$?
 	vm_wait_bounded "$spid" 20
@@ -98,13 +101,13 @@ run_qsm() {
 	local mode=$1 size=$2 iters=$3 label=$4 slog clog spid crc src args
 	slog=$out/$label-qsm-server.log
 	clog=$out/$label-qsm-client.log
-	args=(-a "$addr" -p "$qsm_port" -m "$mode" -S "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod"
+	run_no=$((run_no + 1))
+	args=(-a "$addr" -p "$((qsm_base + run_no))" -m "$mode" -S "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod"
 		-r "$rx_depth" -T 50)
 	bw=
-	wait_port_free $qsm_port || echo "   (port $qsm_port still has a cm_id; trying anyway)"
 	timeout -s KILL 60 "$bin" -s "${args[@]}" >"$slog" 2>&1 &
 	spid=$!
-	vm_wait_listen $qsm_port || echo "   (no LISTEN cm_id seen for port $qsm_port; trying anyway)"
+	sleep 0.2   # the client retries a connect that finds no listener yet (its reconnect policy)
 	timeout -s KILL 60 "$bin" -c "${args[@]}" >"$clog" 2>&1
 	crc=$?
 	vm_wait_bounded "$spid" 20
