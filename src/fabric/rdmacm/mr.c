@@ -43,8 +43,6 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 	}
 	m->dev = d;
 	m->access = access;
-	m->addr = (uintptr_t)addr;
-	m->len = len;
 	d->nmrs++;
 	*lkey = m->mr->lkey;
 	*rkey = m->mr->rkey;

@@ -27,8 +27,7 @@
 struct qsm_fmr {
 	struct ibv_mr *mr;
 	struct qsm_fdev *dev;
-	int access;                      /* QSM_ACCESS_* */
-	uint64_t addr, len;
+	int access;                      /* QSM_ACCESS_* (ibv_mr keeps the range, not these) */
 };
 
 /* A type-2 memory window (mr.c); its rkey is the last bind's (qsm_rc_bind_mw). */

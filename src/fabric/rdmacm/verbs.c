@@ -660,8 +660,8 @@ static bool bind_ok(const struct qsm_fid *id, const struct qsm_fmw *w, const str
 {
 	return w && m && w->dev == id->dev && m->dev == id->dev && (m->access & QSM_ACCESS_MW_BIND) &&
 	       !(access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) &&
-	       !(flags & ~QSM_POST_SIGNALED) && len && addr >= m->addr && len <= m->len &&
-	       addr - m->addr <= m->len - len;
+	       !(flags & ~QSM_POST_SIGNALED) && len && addr >= (uintptr_t)m->mr->addr &&
+	       len <= m->mr->length && addr - (uintptr_t)m->mr->addr <= m->mr->length - len;
 }
 
 /* One BIND_MW on the send queue, accounted and completed as any send WR; the window's new
