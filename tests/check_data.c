@@ -330,7 +330,7 @@ END_TEST
 START_TEST(test_post_list_checks_every_wr_before_the_state_and_posts_none)
 {
 	struct qsm_conn *q;
-	struct qsm_sge s = { 0 };
+	struct qsm_sge s = { 0 }, two[2] = { { 0 } };
 	struct qsm_wr wrs[3] = {
 		{ .wr_id = 1, .opcode = QSM_WR_SEND, .sg_list = &s, .num_sge = 1 },
 		{ .wr_id = 2, .opcode = QSM_WR_RDMA_WRITE_WITH_IMM, .sg_list = &s, .num_sge = 1 },
@@ -352,6 +352,9 @@ START_TEST(test_post_list_checks_every_wr_before_the_state_and_posts_none)
 	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
 	wrs[2].flags = 0;
 	wrs[2].num_sge = QSM_MAX_SGE + 1;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
+	wrs[2].sg_list = two;                     /* more SGEs than the class asked for */
+	wrs[2].num_sge = 2;
 	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, NULL), -EINVAL);
 	ck_assert_int_eq(qsm_conn_post_list(q, NULL, 1, NULL), -EINVAL);
 	ck_assert_int_eq(qsm_conn_post_list(q, wrs, -1, NULL), -EINVAL);
@@ -399,6 +402,38 @@ START_TEST(test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_hand
 END_TEST
 
 /* A target's pool: registered once per device, used by every queue, released with the device. */
+/* SGEs beyond what the class asked for (cli_class: the default, 1) are refused at the door,
+ * all or nothing, whatever the device would take: a list with one such WR posts none. */
+START_TEST(test_a_wr_with_more_sges_than_the_class_asked_for_fails_its_whole_list)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s[2] = { { (uintptr_t)cli.data, 4, qsm_mr_lkey(cli.mr) },
+				{ (uintptr_t)cli.data + 4, 4, qsm_mr_lkey(cli.mr) } };
+	struct qsm_wr wrs[3];
+	int posted = -1;
+
+	for (int i = 0; i < 3; i++)
+		wrs[i] = (struct qsm_wr){ .wr_id = 200 + (uint64_t)i, .opcode = QSM_WR_RDMA_WRITE,
+					  .sg_list = s, .num_sge = 1, .remote_addr = (uintptr_t)srv.data,
+					  .rkey = qsm_mr_rkey(srv.mr), .flags = QSM_POST_SIGNALED };
+	wrs[2].num_sge = 2;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 0);
+	ck_assert_int_eq(qsm_conn_post_write(q, 9, s, 2, (uintptr_t)srv.data, qsm_mr_rkey(srv.mr),
+					     QSM_POST_SIGNALED), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 10, s, 2), -EINVAL);
+	pump();
+	ck_assert_int_eq(cli.completions, 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	/* the same list within the caps goes whole */
+	wrs[2].num_sge = 1;
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 3, &posted), 0);
+	ck_assert_int_eq(posted, 3);
+	pump();
+	ck_assert_int_eq(cli.completions, 3);
+}
+END_TEST
+
 START_TEST(test_pool_is_registered_per_device_and_released_with_it)
 {
 	static char pool_mem[256];
@@ -828,6 +863,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
 	tcase_add_test(t, test_post_list_checks_every_wr_before_the_state_and_posts_none);
 	tcase_add_test(t, test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_handler);
+	tcase_add_test(t, test_a_wr_with_more_sges_than_the_class_asked_for_fails_its_whole_list);
 	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
 	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
 	tcase_add_test(t, test_a_window_bound_by_the_server_takes_the_clients_write_and_its_send_with_inv);

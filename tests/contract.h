@@ -27,11 +27,6 @@ struct contract_fixture {
 	int event_wait_ms;               /* 0: an event is due at once */
 	int quiet_ms;                    /* how long expect_none() watches */
 	bool fd_exact;                   /* fd readable exactly while an event waits (no spurious wake-ups) */
-	/* The device checks a WR's SGEs against the QP's max_send_sge, the fabric does not, so the
-	 * device can refuse a list part way (rdmacm: rxe's provider stops at that WR).  false: the
-	 * fabric checks it with the whole list (the sim: -EINVAL, none posted), and no part-way
-	 * refusal can be made: the case that pins one is not run. */
-	bool device_refuses_part_way;
 	/* A QP on an SRQ that enters ERR reports LAST_WQE (the sim, always); false: it may or may
 	 * not (rxe), and the cases accept either. */
 	bool last_wqe;

@@ -23,9 +23,13 @@ static int check_sge(const struct qsm_sge *sge, int nsge)
 
 #define POST_FLAGS (QSM_POST_SIGNALED | QSM_POST_INLINE)
 
-/* What the door can tell of a send WR; the QP's limits (SGEs, inline size) are the fabric's. */
-static bool wr_ok(const struct qsm_wr *wr)
+/* What the door can tell of a send WR: its opcode and flags, and no more SGEs than the class
+ * asked its QPs to take (all or nothing: a device checks num_sge only as it reaches the WR, with
+ * the WRs before it already posted).  The QP's inline size is the fabric's to check. */
+static bool wr_ok(const struct qsm_conn *q, const struct qsm_wr *wr)
 {
+	if (wr->num_sge > (int)q->vt->qp.max_send_sge)
+		return false;
 	switch (wr->opcode) {
 	case QSM_WR_RDMA_READ:
 		if (wr->flags & QSM_POST_INLINE)
@@ -53,7 +57,7 @@ int qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int 
 		*posted = 0;
 	qsm_check(q && n >= 0 && (!n || wrs), -EINVAL);
 	for (int i = 0; i < n; i++)
-		qsm_check(wr_ok(&wrs[i]), -EINVAL);
+		qsm_check(wr_ok(q, &wrs[i]), -EINVAL);
 	if (q->dead)
 		return -ESTALE;
 	if (!q->id || !qsm_conn_has_qp(q) || draining(q))
@@ -96,7 +100,7 @@ int qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge 
 
 int qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
 {
-	qsm_check(q && check_sge(sge, nsge) >= 0, -EINVAL);
+	qsm_check(q && check_sge(sge, nsge) >= 0 && nsge <= (int)q->vt->qp.max_recv_sge, -EINVAL);
 	qsm_check(!q->vt->srq.max_wr, -EINVAL);   /* its receives are its SRQ's (qsm_srq_post_recv) */
 	if (q->dead)
 		return -ESTALE;

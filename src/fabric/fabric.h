@@ -65,9 +65,12 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   that is not a completion (DRAINED, QP_FATAL, CM) ends a batch: it is returned alone, by
  *   a later call.  The caller may take fewer per call (max 1: one at a time).
  * - post_send() posts a list wr[0..n) with one doorbell.  What is wrong with any WR (opcode,
- *   SGEs, INLINE beyond max_inline_data or on a READ) is -EINVAL and posts none; n more WRs
- *   than the send queue has free is -ENOBUFS and posts none.  Only the device may refuse
- *   part way: *posted (may be NULL) says how many went, 0 returned iff all n did.
+ *   flags, SGEs beyond QSM_FABRIC_MAX_SGE, INLINE beyond max_inline_data or on a READ) is
+ *   -EINVAL and posts none; n more WRs than the send queue has free is -ENOBUFS and posts
+ *   none.  A WR's SGEs beyond the QP's max_send_sge are the device's to check, as it reaches
+ *   that WR (rxe's provider, and the sim's device alike): -EINVAL with the WRs before it
+ *   posted.  Only the device refuses part way: *posted (may be NULL) says how many went, 0
+ *   returned iff all n did.  (The runtime checks SGEs against the class's caps first.)
  * - Work queue accounting, the same on both fabrics: a send WR holds a slot of max_send_wr
  *   (as asked for in create_qp; rdmacm keeps one more for the drain marker) from its post
  *   until its completion is taken by get_event() -- an unsignaled one until that of a later

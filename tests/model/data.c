@@ -183,7 +183,8 @@ int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
 {
 	uint32_t cap = kind == K_RECV ? r->ci->recv_sge : r->ci->send_sge;
 
-	return expect_n(r, bad_flags || nsge < 0 || nsge > QSM_MAX_SGE, nsge >= 0 && (uint32_t)nsge > cap,
+	/* SGEs beyond the class's caps are the door's to refuse, as those beyond QSM_MAX_SGE */
+	return expect_n(r, bad_flags || nsge < 0 || nsge > QSM_MAX_SGE || (uint32_t)nsge > cap, false,
 			kind == K_RECV, 1, sq);
 }
 
@@ -459,8 +460,8 @@ static void prep_checks(struct rec *r, struct wrec *w, struct spost *p, bool bad
 	p->nsge = odd_nsge(r, w->kind, p->nsge, p->sge);
 	for (int i = 0; i < p->nsge && i <= QSM_MAX_SGE; i++)
 		len += p->sge[i].length;
-	p->door_bad = bad_flags || p->nsge > QSM_MAX_SGE;
-	p->cap_bad = (uint32_t)p->nsge > r->ci->send_sge || (w->inl && len > r->ci->max_inline);
+	p->door_bad = bad_flags || p->nsge > QSM_MAX_SGE || (uint32_t)p->nsge > r->ci->send_sge;
+	p->cap_bad = w->inl && len > r->ci->max_inline;
 	w->nsge = (uint8_t)(p->nsge < 2 ? p->nsge : 2);
 	memcpy(w->sge, p->sge, sizeof(w->sge));
 }

@@ -58,7 +58,6 @@ int main(void)
 		.event_wait_ms = 10000,    /* TIMEWAIT_EXIT takes the CM's timewait, well under this */
 		.quiet_ms = 300,
 		.fd_exact = false,         /* the contract allows spurious wake-ups */
-		.device_refuses_part_way = true,   /* rxe checks num_sge against the QP, rdmacm does not */
 		.case_timeout_s = 120,
 		.setup = rdmacm_setup,
 		.qp_state = rdmacm_qp_state,

@@ -571,7 +571,7 @@ static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
 	}
 	if (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE))
 		return -EINVAL;
-	if (sim_sges_check(wr->sg_list, wr->num_sge, id->cap.max_send_sge) < 0)
+	if (sim_sges_check(wr->sg_list, wr->num_sge, QSM_FABRIC_MAX_SGE) < 0)
 		return -EINVAL;
 	if ((wr->flags & QSM_POST_INLINE) && sges_len(wr->sg_list, wr->num_sge) > id->cap.max_inline_data)
 		return -EINVAL;
@@ -622,15 +622,29 @@ static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
 		rdma_to(id, peer, wr);
 }
 
+/* The first WR with more SGEs than the QP takes (n if none): the device's own check, made as
+ * it reaches each WR, as rxe's provider does (validate_send_wr) -- those before it are posted. */
+static int device_refuses(const struct sim_id *id, const struct qsm_fabric_wr *wr, int n)
+{
+	int k = 0;
+
+	while (k < n && wr[k].num_sge <= (int)id->cap.max_send_sge)
+		k++;
+	return k;
+}
+
 /*
  * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
  * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
  * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.  A list is
- * checked whole first, so a call fails with nothing posted or posts all of it.
+ * checked whole first (opcode, flags, inline size, room), so such a call posts none of it;
+ * the one check left to the device, SGEs beyond the QP's max_send_sge, refuses the list part
+ * way, as rdmacm's device does: the WRs before the refused one are posted (*posted).
  */
 int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted)
 {
 	struct sim_id *id = to_id(fid);
+	int k = n;
 
 	if (posted)
 		*posted = 0;
@@ -640,6 +654,7 @@ int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, in
 		if (wr_check(id, &wr[i]) < 0)
 			return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
+		/* not given to the device (as rdmacm's late flushes): every WR flushes */
 		for (int i = 0; i < n; i++)
 			flush(id, wr[i].wr_id, wr[i].opcode, false);
 	} else {
@@ -647,12 +662,13 @@ int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, in
 			return -EINVAL;
 		if ((unsigned)n > id->cap.max_send_wr - id->nsends)
 			return -ENOBUFS;
-		for (int i = 0; i < n; i++)
+		k = device_refuses(id, wr, n);
+		for (int i = 0; i < k; i++)
 			wr_execute(id, &wr[i]);
 	}
 	if (posted)
-		*posted = n;
-	return 0;
+		*posted = k;
+	return k < n ? -EINVAL : 0;
 }
 
 /* Receives may be posted from INIT on; they wait, in order, for SENDs; in ERR they flush. */
