@@ -200,7 +200,10 @@ struct qsm_ctx {
 	bool kicked;
 	bool dispatching;             /* inside qsm_ctx_dispatch(): the clock is pass_now_ns */
 	bool pass_now_read;           /* pass_now_ns was read in this pass (false outside one) */
-	uint64_t pass_now_ns;         /* read once a pass, when first needed */
+	uint64_t pass_now_ns;         /* read once a pass, when first needed; else a lower bound */
+	/* How far CLOCK_MONOTONIC_COARSE may lag the clock (a few of its ticks); 0: the ctx has
+	 * a clock of its own (opts->now_ns), and no coarse one to look at first */
+	uint64_t coarse_slack_ns;
 	bool stop;
 	uint64_t (*now_ns)(void *arg);
 	void *now_arg;
@@ -252,6 +255,8 @@ struct qsm_ctx {
 
 /* core/: the loop (loop.c), the FIFO (fifo.c), clock and timers (timer.c), trace (trace.c) */
 uint64_t qsm_monotonic_ns(void *arg);
+uint64_t qsm_coarse_slack_ns(void);
+void qsm_pass_clock(struct qsm_ctx *ctx);
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot);
 void qsm_fifo_trim(struct qsm_ctx *ctx);
@@ -329,8 +334,9 @@ static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
 }
 
 /* Fire the timers that are due; a glance at the heap's top when none is.  Inside a
- * dispatch pass only: the clock is the pass's, read already whenever the heap holds a timer
- * (at the pass's start, or by the arm that put one there). */
+ * dispatch pass only: the clock is the pass's, set whenever the heap holds a timer (at the
+ * pass's start, or by the arm that put one there) -- read, or a lower bound that shows the
+ * heap's top is not due (qsm_pass_clock). */
 static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
 	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <qsm/ctx.h>
 #include <qsm/sim.h>
@@ -265,6 +266,92 @@ START_TEST(test_reconnect_policy_gives_up_after_max_attempts)
 	/* no login: rejected by the server, and the policy counts afresh */
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
 	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+}
+END_TEST
+
+/* On the real clock (no opts.now_ns), where a pass looks at the coarse clock first and reads
+ * the clock only when the heap's top may be due: the backoff timers fire when due, never
+ * before, and none is left waiting (2 retries of 150 ms: FAILED after 300 ms, not seconds). */
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Every clock_gettime of the library (and of this file), by clock (linked with --wrap). */
+static unsigned long clock_reads[2];   /* CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE */
+int __real_clock_gettime(clockid_t c, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t c, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t c, struct timespec *ts)
+{
+	if (c == CLOCK_MONOTONIC)
+		clock_reads[0]++;
+	else if (c == CLOCK_MONOTONIC_COARSE)
+		clock_reads[1]++;
+	return __real_clock_gettime(c, ts);
+}
+
+/* A ctx of its own on the real clock (no opts.now_ns) and one queue of client_class whose
+ * connects find no listener (REJECTED), retried every delay_ms. */
+static struct qsm_ctx *real_clock_ctx(uint32_t delay_ms, uint32_t max_attempts, struct qsm_conn **q)
+{
+	struct qsm_fabric *f;
+	struct qsm_ctx *rctx;
+	struct qsm_conn_opts o = {
+		.cls = &client_class, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = delay_ms, .max_delay_ms = delay_ms, .max_attempts = max_attempts },
+	};
+
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, &rctx), 0);
+	ck_assert_int_eq(qsm_conn_new(rctx, &o, q), 0);
+	return rctx;
+}
+
+START_TEST(test_timers_on_the_real_clock_fire_when_due_and_not_before)
+{
+	struct qsm_conn *q;
+	struct qsm_ctx *rctx = real_clock_ctx(150, 3, &q);
+	struct qsm_counters k;
+	uint64_t t0 = mono_ms(), waited;
+
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	while (qsm_conn_state(q) != QSM_CM_FAILED && mono_ms() - t0 < 10000) {
+		int r = qsm_ctx_run(rctx, 50);
+
+		ck_assert_msg(r >= 0 || r == -ETIMEDOUT, "qsm_ctx_run: %d", r);
+	}
+	waited = mono_ms() - t0;
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_FAILED);
+	ck_assert_uint_ge(waited, 300);
+	ck_assert_uint_lt(waited, 5000);
+	ck_assert_int_eq(qsm_ctx_counters(rctx, &k), 0);
+	ck_assert_uint_eq(k.reconnects, 2);
+	qsm_ctx_free(rctx);   /* and its fabric */
+}
+END_TEST
+
+/* A pass whose heap's top is far out (a 10 s backoff) reads no clock but the coarse one
+ * (which the vDSO serves without the clocksource: no system call even on hpet); before,
+ * every pass read CLOCK_MONOTONIC twice, and on hpet that is two system calls. */
+START_TEST(test_a_pass_on_the_real_clock_with_no_timer_near_reads_only_the_coarse_clock)
+{
+	struct qsm_conn *q;
+	struct qsm_ctx *rctx = real_clock_ctx(10000, 0, &q);
+
+	ck_assert_int_eq(qsm_conn_connect(q), 0);   /* REJECTED: a 10 s backoff */
+	for (int i = 0; i < 10 && qsm_conn_state(q) != QSM_CM_RECONNECT_WAIT; i++)
+		ck_assert_int_ge(qsm_ctx_dispatch(rctx, 0), 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	clock_reads[0] = clock_reads[1] = 0;
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(qsm_ctx_dispatch(rctx, 0), 0);
+	ck_assert_uint_eq(clock_reads[0], 0);
+	ck_assert_uint_eq(clock_reads[1], 1000);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	qsm_ctx_free(rctx);
 }
 END_TEST
 
@@ -803,6 +890,8 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_disconnect_closes_both_sides_and_frees_everything);
 	tcase_add_test(t, test_bad_private_data_is_rejected_with_a_reason);
 	tcase_add_test(t, test_reconnect_policy_gives_up_after_max_attempts);
+	tcase_add_test(t, test_timers_on_the_real_clock_fire_when_due_and_not_before);
+	tcase_add_test(t, test_a_pass_on_the_real_clock_with_no_timer_near_reads_only_the_coarse_clock);
 	tcase_add_test(t, test_device_removal_with_live_queues_releases_device_and_reconnects);
 	tcase_add_test(t, test_device_removal_in_reconnect_gap_releases_device);
 	tcase_add_test(t, test_handler_returning_nonzero_destroys_queue_without_further_callbacks);

@@ -35,6 +35,7 @@ int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 		return -ENOMEM;
 	ctx->epfd = ctx->timerfd = ctx->kickfd = -1;
 	ctx->now_ns = opts->now_ns ? opts->now_ns : qsm_monotonic_ns;
+	ctx->coarse_slack_ns = opts->now_ns ? 0 : qsm_coarse_slack_ns();
 	ctx->now_arg = opts->now_arg;
 	ctx->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
 	for (int k = 0; k < QSM_OBJ_KINDS; k++)
@@ -268,7 +269,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		ctx->dispatching = true;
 		ctx->pass_now_read = false;   /* read when first needed (qsm_now) ... */
 		if (ctx->heap_len)
-			(void)qsm_now(ctx);   /* ... which a timer is: its expiry is looked at at once */
+			qsm_pass_clock(ctx);  /* ... as a timer's expiry is, at once (if it may be due) */
 	}
 	while (n < budget) {
 		const struct qsm_item *it;

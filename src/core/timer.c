@@ -19,6 +19,42 @@ uint64_t qsm_monotonic_ns(void *arg)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A few ticks of CLOCK_MONOTONIC_COARSE: it is the clock as of the last tick, read from the
+ * vDSO without the clocksource (no system call even where the clock itself needs one, as
+ * on hpet), and never more than about a tick behind. */
+uint64_t qsm_coarse_slack_ns(void)
+{
+	struct timespec res;
+
+	if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0)
+		return 0;
+	return 4 * ((uint64_t)res.tv_sec * 1000000000ull + (uint64_t)res.tv_nsec);
+}
+
+/*
+ * The clock for a pass whose heap holds a timer: read -- unless the coarse clock shows that
+ * the heap's top is further out than the coarse clock can lag, when that lower bound serves
+ * (nothing fires by it) and the pass reads no clock.  A ctx whose timers were all cancelled
+ * or re-armed far out (a state timeout left behind when its state was: the lazy heap keeps
+ * the key) then costs no clock read per pass until the key is near.  A timer armed in the
+ * pass reads the clock itself (qsm_now: pass_now_read stays false here).
+ */
+void qsm_pass_clock(struct qsm_ctx *ctx)
+{
+	if (ctx->coarse_slack_ns) {
+		struct timespec ts;
+		uint64_t coarse;
+
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		coarse = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		if (ctx->heap[0]->key_ns > coarse + ctx->coarse_slack_ns) {
+			ctx->pass_now_ns = coarse;
+			return;
+		}
+	}
+	(void)qsm_now(ctx);
+}
+
 /* ---- timers: a binary min-heap, lazy ----
  *
  * Nearly every timer is re-armed or cancelled long before it fires (a state timeout, then
@@ -157,8 +193,10 @@ void qsm_timerfd_rearm(struct qsm_ctx *ctx)
 		ctx->timerfd_at = want;
 		return;
 	}
-	if (ctx->timerfd_at && ctx->timerfd_at <= qsm_monotonic_ns(NULL)) {
-		/* it fired (or is about to): a one-shot timerfd is disarmed once read */
+	/* want is not 0: the pass's clock was set (qsm_pass_clock), read or a lower bound that
+	 * is within the slack of want, and so of timerfd_at, whenever that can have fired */
+	if (ctx->timerfd_at && ctx->timerfd_at <= ctx->pass_now_ns) {
+		/* it fired: a one-shot timerfd is disarmed once read */
 		if (read(ctx->timerfd, &buf, sizeof(buf)) == sizeof(buf))
 			ctx->timerfd_at = 0;
 	}
