@@ -100,8 +100,10 @@ void qsm_rc_hot_changed(struct rc_fabric *f, int delta)
 	if (!f->hot && delta > 0)
 		(void)!write(f->hot_fd, &(uint64_t){ 1 }, sizeof(uint64_t));
 	f->hot += delta;
-	if (!f->hot)
+	if (!f->hot) {
 		(void)!read(f->hot_fd, &v, sizeof(v));
+		f->empty_run = 0;
+	}
 }
 
 static void cq_free(struct qsm_fdev *d, struct rc_cq *c)

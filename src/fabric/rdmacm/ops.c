@@ -162,29 +162,22 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 }
 
 /*
- * In order: our own flushes (lq), then -- while CQs are hot and epoll was asked within the
- * last HOT_EPOLL_EVERY calls -- completions only; else what epoll says is ready: the CM
- * channel, the pins, the devices' channels and async fds, the device-list timer; then the
- * completions of the hot CQs, and the events pushed to the pending queue.
+ * In order: our own flushes (lq), then -- while CQs are hot, or the caller polls busily, and
+ * epoll was asked within the last HOT_EPOLL_EVERY calls -- completions only; else what epoll
+ * says is ready: the CM channel, the pins, the devices' channels and async fds, the
+ * device-list timer; then the completions of the hot CQs, and the events pushed to the
+ * pending queue.
  */
-static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
-			int max)
+static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max)
 {
-	struct rc_fabric *f;
 	int r;
 
-	if (!base || !ev || !cqe || max < 1)
-		return -EINVAL;
-	f = to_fab(base);
-	f->get_calls++;
-	if (!f->hot)
-		f->cold_calls++;
 	if (!qsm_list_empty(&f->lq))
 		return qsm_rc_lq_take(f, ev, cqe, max);
 	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
 	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
 	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick) {
-		if (f->hot && ++f->hot_skips < HOT_EPOLL_EVERY) {
+		if ((f->hot || f->empty_run >= BUSY_EMPTY_CALLS) && ++f->hot_skips < HOT_EPOLL_EVERY) {
 			r = qsm_rc_poll_cqs(f, cqe, max); /* busy: poll, do not ask epoll */
 			if (r)
 				return r;
@@ -220,6 +213,26 @@ rest:
 	if (!qsm_list_empty(&f->lq))
 		return qsm_rc_lq_take(f, ev, cqe, max);
 	return take_pending(f, ev);
+}
+
+static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
+			int max)
+{
+	struct rc_fabric *f;
+	int r;
+
+	if (!base || !ev || !cqe || max < 1)
+		return -EINVAL;
+	f = to_fab(base);
+	f->get_calls++;
+	if (!f->hot)
+		f->cold_calls++;
+	r = get_event(f, ev, cqe, max);
+	if (r != -EAGAIN)
+		f->empty_run = 0;
+	else if (f->empty_run < BUSY_EMPTY_CALLS)
+		f->empty_run++;
+	return r;
 }
 
 /* create_qp, with what the QP holds of ours counted for QSM_RDMACM_STATS. */

@@ -54,7 +54,7 @@ static void push(struct qsm_pending_queue *q, struct qsm_pending *p)
 	pthread_mutex_lock(&q->lock);
 	qsm_list_add_tail(&q->list, &p->node);
 	if (!q->kicked) {
-		q->kicked = true;
+		__atomic_store_n(&q->kicked, true, __ATOMIC_RELEASE);
 		(void)eventfd_write(q->kfd, 1);
 	}
 	pthread_mutex_unlock(&q->lock);
@@ -122,6 +122,10 @@ struct qsm_pending *qsm_pending_pop(struct qsm_pending_queue *q)
 {
 	struct qsm_pending *p = NULL;
 
+	/* kicked is true while the list holds something (set under the lock with the first
+	 * push): an empty queue costs the owner's poll loop no lock */
+	if (!__atomic_load_n(&q->kicked, __ATOMIC_ACQUIRE))
+		return NULL;
 	pthread_mutex_lock(&q->lock);
 	if (!qsm_list_empty(&q->list)) {
 		p = qsm_container_of(q->list.next, struct qsm_pending, node);
@@ -130,7 +134,7 @@ struct qsm_pending *qsm_pending_pop(struct qsm_pending_queue *q)
 	if (qsm_list_empty(&q->list) && q->kicked) {
 		eventfd_t v;
 
-		q->kicked = false;
+		__atomic_store_n(&q->kicked, false, __ATOMIC_RELAXED);
 		(void)eventfd_read(q->kfd, &v);
 	}
 	pthread_mutex_unlock(&q->lock);

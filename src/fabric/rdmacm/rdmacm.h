@@ -112,6 +112,7 @@ struct rc_cq {
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
 #define CQ_HOT_IDLE_MAX 65536            /* the fabric's hot_idle, between these two */
 #define CQ_COLD_FEW 8                    /* get_event calls while cold: the caller slept */
+#define BUSY_EMPTY_CALLS 64              /* empty get_event calls in a row: a busy caller */
 
 struct qsm_fdev {
 	struct qsm_list node;            /* in rc_fabric.devs */
@@ -232,6 +233,12 @@ struct rc_fabric {
 	 * costs none: doubled, up to CQ_HOT_IDLE_MAX.  One that called a few times only slept
 	 * on the fd: halved, down to CQ_HOT_IDLE_POLLS, so it spins little before it sleeps. */
 	unsigned hot_idle, cold_calls;
+	/* get_event calls in a row that found nothing: from BUSY_EMPTY_CALLS on, the caller polls
+	 * busily, and epoll is asked every HOT_EPOLL_EVERY calls even with no CQ hot (a poll loop
+	 * then makes no system call per empty call, as perftest's); back to 0 with anything
+	 * found, and when the last hot CQ goes cold (a caller that sleeps on the fd sleeps then,
+	 * and its next wake-up is read at once). */
+	unsigned empty_run;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 	/* QPs created, and what they held of ours (qsm_rc_qp_bytes of their caps); for QSM_RDMACM_STATS */
 	uint64_t qps_created, qp_bytes;
