@@ -9,7 +9,16 @@
  * bytes, as perftest) and the message rate.  Unlike perftest it checks the data: every message
  * carries its sequence number at both ends, and a fixed body the server compares now and then
  * (send) or in every slot of its buffer at the end (write); the server answers with a result
- * message, and either end exits non-zero on any mismatch or error.
+ * message, and either end exits non-zero on any mismatch or error.  Receives complete in the
+ * order they were posted, each once (their wr_ids are their post sequence), or the run fails.
+ *
+ * Each message has a slot of its own (tx depth slots at the client, rx depth or tx depth at
+ * the server).  -B uses perftest's buffers instead, for a comparison that touches the same
+ * memory: one message buffer per side, that every message uses (perftest does so for any
+ * message over half a page).  The sequence numbers then cannot be carried; what is checked is
+ * what survives the sharing: every message's length, the receives' order, and the body (every
+ * message has the same bytes, so a buffer being written while compared still compares equal)
+ * in a receive buffer that starts zeroed.
  */
 #include <arpa/inet.h>
 #include <endian.h>
@@ -31,7 +40,7 @@
 enum mode { MODE_SEND = 1, MODE_WRITE = 2 };
 
 static struct opts {
-	int server, events;
+	int server, events, one_buf;
 	enum mode mode;
 	unsigned size, iters, tx_depth, rx_depth, cq_mod;
 	const char *addr;
@@ -42,7 +51,7 @@ static struct opts {
 
 /* The client's connect private data (at most 56 bytes), big endian. */
 struct bw_req {
-	uint32_t magic, mode, size, iters, tx_depth, cq_mod;
+	uint32_t magic, mode, size, iters, tx_depth, cq_mod, one_buf;
 };
 
 /* The server's accept private data (write), big endian. */
@@ -115,6 +124,8 @@ static void stamp(char *m, uint64_t i)
 {
 	uint64_t t = i ^ TRAILER_XOR;
 
+	if (o.one_buf)
+		return;   /* one buffer for all: the body only */
 	memcpy(m, &i, 8);
 	memcpy(m + o.size - 8, &t, 8);
 }
@@ -124,6 +135,8 @@ static unsigned check_msg(const char *m, uint64_t i, int body)
 {
 	uint64_t h, t;
 
+	if (o.one_buf)   /* no sequence numbers: the whole message is the body */
+		return body && memcmp(m, body_ref, o.size) != 0 ? 4 : 0;
 	memcpy(&h, m, 8);
 	memcpy(&t, m + o.size - 8, 8);
 	if (h != i)
@@ -135,14 +148,19 @@ static unsigned check_msg(const char *m, uint64_t i, int body)
 	return 0;
 }
 
-static int alloc_slots(struct bw *b, size_t slots)
+/* The message slots; receive: zeroed, else each holds the body.  -B: one slot, as perftest. */
+static int alloc_slots(struct bw *b, size_t slots, int receive)
 {
-	b->slots = slots;
-	b->buf = malloc(slots * o.size);
+	b->slots = o.one_buf ? 1 : slots;
+	b->buf = malloc(b->slots * o.size);
 	if (!b->buf)
 		return -ENOMEM;
-	for (size_t k = 0; k < slots; k++)
-		memcpy(b->buf + k * o.size, body_ref, o.size);
+	for (size_t k = 0; k < b->slots; k++) {
+		if (receive)
+			memset(b->buf + k * o.size, 0, o.size);
+		else
+			memcpy(b->buf + k * o.size, body_ref, o.size);
+	}
 	return 0;
 }
 
@@ -233,7 +251,7 @@ static int client_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	int r;
 
 	(void)ev;
-	if (!b->buf && (r = alloc_slots(b, o.tx_depth)) < 0)
+	if (!b->buf && (r = alloc_slots(b, o.tx_depth, 0)) < 0)
 		goto fail;
 	if ((r = qsm_conn_reg_mr(q, b->buf, b->slots * o.size, QSM_ACCESS_LOCAL_WRITE, &b->buf_mr)) < 0 ||
 	    (r = reg_ctl(q, b)) < 0 || (r = post_ctl_recv(q, b)) < 0)
@@ -388,10 +406,12 @@ static struct qsm_class client_class = {
 
 /* ---- server ---- */
 
-static int post_data_recv(struct qsm_conn *q, struct bw *b, size_t slot)
+/* The next receive: its wr_id is its post sequence, its slot that modulo the slots. */
+static int post_data_recv(struct qsm_conn *q, struct bw *b)
 {
+	size_t slot = b->posted_recv % b->slots;
 	struct qsm_sge s = { (uintptr_t)(b->buf + slot * o.size), o.size, qsm_mr_lkey(b->buf_mr) };
-	int r = qsm_conn_post_recv(q, slot, &s, 1);
+	int r = qsm_conn_post_recv(q, b->posted_recv, &s, 1);
 
 	if (r == 0)
 		b->posted_recv++;
@@ -409,12 +429,13 @@ static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 		goto refuse;
 	memcpy(&req, ev->private_data, sizeof(req));
 	if (be32toh(req.magic) != BW_MAGIC || be32toh(req.mode) != o.mode ||
-	    be32toh(req.size) != o.size || be32toh(req.iters) != o.iters)
+	    be32toh(req.size) != o.size || be32toh(req.iters) != o.iters ||
+	    be32toh(req.one_buf) != (uint32_t)o.one_buf)
 		goto refuse;
 	o.tx_depth = be32toh(req.tx_depth);   /* write: one slot per outstanding write */
 	if (o.mode == MODE_WRITE)
 		access |= QSM_ACCESS_REMOTE_WRITE;
-	if ((r = alloc_slots(b, o.mode == MODE_SEND ? o.rx_depth : o.tx_depth)) < 0 ||
+	if ((r = alloc_slots(b, o.mode == MODE_SEND ? o.rx_depth : o.tx_depth, 1)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, b->buf, b->slots * o.size, access, &b->buf_mr)) < 0 ||
 	    (r = reg_ctl(q, b)) < 0) {
 		fprintf(stderr, "qsm-bw server: buffers: %s\n", strerror(-r));
@@ -426,8 +447,8 @@ static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 			       .slots = htobe32((uint32_t)b->slots) };
 	return qsm_conn_accept(q, &rep, sizeof(rep)) < 0;
 refuse:
-	fprintf(stderr, "qsm-bw server: refusing a request that does not match -%s -S %u -n %u\n",
-		o.mode == MODE_SEND ? "t send" : "t write", o.size, o.iters);
+	fprintf(stderr, "qsm-bw server: refusing a request that does not match -m %s -S %u -n %u%s\n",
+		mode_name(), o.size, o.iters, o.one_buf ? " -B" : "");
 	b->failed = 1;
 	return qsm_conn_reject(q, NULL, 0) < 0;
 }
@@ -440,8 +461,8 @@ static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	(void)ev;
 	if (o.mode == MODE_WRITE)
 		r = post_ctl_recv(q, b);
-	for (size_t k = 0; o.mode == MODE_SEND && k < b->slots && b->posted_recv < o.iters && r == 0; k++)
-		r = post_data_recv(q, b, k);
+	while (o.mode == MODE_SEND && b->posted_recv < o.rx_depth && b->posted_recv < o.iters && r == 0)
+		r = post_data_recv(q, b);
 	if (r < 0) {
 		fprintf(stderr, "qsm-bw server: post receives: %s\n", strerror(-r));
 		b->failed = 1;
@@ -512,7 +533,13 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 			(unsigned long long)b->rcnt, wc->byte_len, o.size);
 		return server_result(q, b, 1);
 	}
-	bad = check_msg(b->buf + wc->wr_id * o.size, b->rcnt,
+	if (wc->wr_id != b->rcnt) {
+		fprintf(stderr, "qsm-bw server: receive %llu completed as message %llu (out of order)\n",
+			(unsigned long long)wc->wr_id, (unsigned long long)b->rcnt);
+		b->done = 1;
+		return server_result(q, b, 5);
+	}
+	bad = check_msg(b->buf + (wc->wr_id % b->slots) * o.size, b->rcnt,
 			b->rcnt % BODY_CHECK_EVERY == 0 || b->rcnt == o.iters - 1);
 	if (bad) {
 		fprintf(stderr, "qsm-bw server: message %llu is wrong (check %u)\n",
@@ -524,7 +551,7 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		b->done = 1;
 		return server_result(q, b, 0);
 	}
-	if (b->posted_recv < o.iters && post_data_recv(q, b, wc->wr_id) < 0)
+	if (b->posted_recv < o.iters && post_data_recv(q, b) < 0)
 		return server_fail(q, b);
 	return 0;
 }
@@ -581,12 +608,14 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-bw -s|-c -a ADDR [-m send|write] [-p PORT] [-S SIZE] [-n ITERS] [-t TX_DEPTH]\n"
-		"              [-r RX_DEPTH] [-Q CQ_MOD] [-e] [-T SECONDS]\n"
+		"              [-r RX_DEPTH] [-Q CQ_MOD] [-e] [-B] [-T SECONDS]\n"
 		"  ib_send_bw -R / ib_write_bw -R on rdma-qsm: -s server, -c client; -m send (default)\n"
 		"  or write; -S message size, 16..1048576 (default 65536); -n iterations (1000);\n"
 		"  -t tx depth (128), -r rx depth (send, 512), -Q one signaled in CQ_MOD (100), as\n"
 		"  perftest; -e sleep on the ctx fd between completions (default: busy poll, as\n"
-		"  perftest); -T give up after SECONDS (60).  Both ends must be given the same -m, -S, -n.\n");
+		"  perftest); -B one message buffer per side, as perftest (the body and the order are\n"
+		"  checked, not sequence numbers); -T give up after SECONDS (60).  Both ends must be\n"
+		"  given the same -m, -S, -n, -B.\n");
 	exit(2);
 }
 
@@ -597,7 +626,7 @@ int main(int argc, char **argv)
 	int c, client = 0, r;
 	double deadline;
 
-	while ((c = getopt(argc, argv, "sca:m:p:S:n:t:r:Q:eT:")) != -1) {
+	while ((c = getopt(argc, argv, "sca:m:p:S:n:t:r:Q:eBT:")) != -1) {
 		switch (c) {
 		case 's': o.server = 1; break;
 		case 'c': client = 1; break;
@@ -617,6 +646,7 @@ int main(int argc, char **argv)
 		case 'r': o.rx_depth = num(optarg, 1, 8192); break;
 		case 'Q': o.cq_mod = num(optarg, 1, 8192); break;
 		case 'e': o.events = 1; break;
+		case 'B': o.one_buf = 1; break;
 		case 'T': o.timeout_s = (int)num(optarg, 1, 86400); break;
 		default: usage();
 		}
@@ -655,7 +685,8 @@ int main(int argc, char **argv)
 			goto fail;
 	} else {
 		struct bw_req req = { htobe32(BW_MAGIC), htobe32(o.mode), htobe32(o.size),
-				      htobe32(o.iters), htobe32(o.tx_depth), htobe32(o.cq_mod) };
+				      htobe32(o.iters), htobe32(o.tx_depth), htobe32(o.cq_mod),
+				      htobe32((uint32_t)o.one_buf) };
 		struct qsm_conn *q;
 
 		client_class.qp = (struct qsm_qp_caps){ .max_send_wr = o.tx_depth, .max_recv_wr = 2 };

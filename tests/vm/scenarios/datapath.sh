@@ -2,8 +2,12 @@
 # VM scenario: the data path's bandwidth against perftest, on soft-RoCE, in one VM boot.
 # perftest's ib_send_bw -R and ib_write_bw -R (rdma_cm) against examples/qsm-bw doing the same
 # transfers: message sizes 64 B, 4 KiB, 64 KiB, the same tx depth (-t), cq moderation (-Q), rx
-# depth (-r, send) and iterations (-n) on both command lines; runs alternate (perftest, qsm,
-# perftest, qsm, ...) so that noise hits both.  Prints a table and one line per figure:
+# depth (-r, send) and iterations (-n) on both command lines, and the same memory: qsm-bw -B uses
+# one message buffer per side, as perftest does (a slot per message touched 8 MiB at the client
+# and 32 MiB at the server where perftest touches 64 KiB).  Runs alternate (perftest, qsm,
+# perftest, qsm, ...) so that noise hits both.  After a figure's rounds one more qsm-bw run,
+# untimed, a quarter of the iterations, a slot per message (no -B), checks every message's
+# sequence number at both ends.  Prints a table and one line per figure:
 #   ratio send_bw_64 qsm/perftest X.XX     (BW average ratio, > 1 = qsm faster)
 # The ratios are figures, not thresholds: the scenario fails only if a qsm-bw transfer fails,
 # its data is wrong (qsm-bw checks every message's sequence number and the bodies; perftest
@@ -96,14 +100,16 @@ run_perftest_once() {
 	fi
 }
 
-# run_qsm MODE SIZE ITERS LABEL: sets bw (the client's BW average, MB/sec) or fails.
+# run_qsm MODE SIZE ITERS LABEL [QSM_BW_OPTION...]: sets bw (the client's BW average, MB/sec)
+# or fails.
 run_qsm() {
 	local mode=$1 size=$2 iters=$3 label=$4 slog clog spid crc src args
+	shift 4
 	slog=$out/$label-qsm-server.log
 	clog=$out/$label-qsm-client.log
 	run_no=$((run_no + 1))
 	args=(-a "$addr" -p "$((qsm_base + run_no))" -m "$mode" -S "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod"
-		-r "$rx_depth" -T 50)
+		-r "$rx_depth" -T 50 "$@")
 	bw=
 	timeout -s KILL 60 "$bin" -s "${args[@]}" >"$slog" 2>&1 &
 	spid=$!
@@ -164,13 +170,16 @@ for mode in send write; do
 				echo "   round $r: perftest reported $bw MB/s although it exited 0: left out of its average"
 			fi
 			t1=$(usec)
-			run_qsm "$mode" "$size" "$iters" "$fig-$r" || continue
+			run_qsm "$mode" "$size" "$iters" "$fig-$r" -B || continue
 			qsm_sum[$fig]=$(awk -v a="${qsm_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
 			qsm_all[$fig]+=" $bw"
 			((r == 1)) && grep -h '^qsm rdmacm: .*' "$out/$fig-$r-qsm-server.log" "$out/$fig-$r-qsm-client.log" |
 				sed 's/^/   /' | head -n 4
 			echo "   round $r: perftest $pt_bw MB/s ($(((t1 - t0) / 1000)) ms),  qsm ${qsm_all[$fig]##* } MB/s ($((($(usec) - t1) / 1000)) ms)"
 		done
+		# every message's sequence number, a slot each: not a figure, a check
+		run_qsm "$mode" "$size" "$(((iters + 3) / 4))" "$fig-checked" &&
+			echo "   checked (a slot per message, sequence numbers at both ends): $bw MB/s, data ok"
 	done
 done
 echo "== scenario time for the runs: $((($(usec) - t_start) / 1000)) ms"
