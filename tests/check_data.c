@@ -129,19 +129,32 @@ static void pump(void)
 	harness_settle(&world);
 }
 
-static struct qsm_conn *connect_client(void)
+/* A queue of @cls connected to the server's listener (there already), LIVE. */
+static struct qsm_conn *client_of(const struct qsm_class *cls)
 {
-	struct qsm_listener *l;
 	struct qsm_conn *q;
 
-	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
-		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
-	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = cls,
 		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 3600000 } }, &q), 0);
 	ck_assert_int_eq(qsm_conn_connect(q), 0);
 	pump();
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
 	return q;
+}
+
+static struct qsm_listener *listen_server(void)
+{
+	struct qsm_listener *l;
+
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
+	return l;
+}
+
+static struct qsm_conn *connect_client(void)
+{
+	listen_server();
+	return client_of(&cli_class);
 }
 
 static void setup(void)
@@ -576,7 +589,6 @@ static struct qsm_conn *connect_logging_client(void)
 {
 	struct qsm_ctx *old = cctx;
 	struct qsm_fabric *f;
-	struct qsm_listener *l;
 	struct qsm_conn *q;
 
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
@@ -589,8 +601,7 @@ static struct qsm_conn *connect_logging_client(void)
 	qsm_ctx_free(old);
 	has_second_error = false;
 	disconnect_on_error = 0;
-	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
-		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
+	listen_server();
 	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &logging_cli_class,
 		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 100 } }, &q), 0);
 	ck_assert_int_eq(qsm_conn_connect(q), 0);
@@ -762,26 +773,16 @@ static void writes(struct qsm_conn *q, int n, uint64_t first)
 
 static struct qsm_conn *batch_client(void)
 {
-	struct qsm_conn *q;
-
 	cli.mr = NULL;
-	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &batch_class,
-		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 3600000 } }, &q), 0);
-	ck_assert_int_eq(qsm_conn_connect(q), 0);
-	pump();
-	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
-	return q;
+	return client_of(&batch_class);
 }
 
 static void batch_setup(void)
 {
-	struct qsm_listener *l;
-
 	abort_at_queue = destroy_in_handler = NULL;
 	abort_at = 0;
 	memset(batch_seen, 0, sizeof(batch_seen));
-	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
-		.addr = (struct sockaddr *)&addr, .cls = &srv_class }, &l), 0);
+	listen_server();
 	batch_queue[0] = batch_client();
 	batch_queue[1] = NULL;
 }

@@ -321,6 +321,17 @@ void pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p)
 		fs->ops->destroy_id(l);
 }
 
+/* The end of a data case: the client's region rs and the server's rd deregistered, the pair
+ * down (pair_down), and nothing left. */
+void data_pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p, const struct region *rs,
+		    const struct region *rd)
+{
+	fc->ops->dereg_mr(rs->mr);
+	fs->ops->dereg_mr(rd->mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+
 
 /* ---- the cases ---- */
 
@@ -528,10 +539,7 @@ START_TEST(test_send_lands_in_the_peers_recv_byte_for_byte_across_two_fabrics)
 	expect_none(fc);
 	expect_none(fs);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -559,10 +567,7 @@ START_TEST(test_recvs_are_consumed_in_post_order)
 	expect_none(fs);
 	expect_none(fc);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -596,10 +601,7 @@ START_TEST(test_send_gathers_its_sges_and_the_recv_scatters_them)
 	expect_zero(dst + 15, 40 - 15);
 	expect_zero(dst + 47, sizeof(dst) - 47);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -629,10 +631,7 @@ START_TEST(test_rdma_write_places_data_at_the_rkey_and_completes_only_at_the_wri
 	expect_wc(fc, &CLI, 8, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
 	expect_qp(fc, &CLI, QSM_QP_RTS);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -764,10 +763,7 @@ START_TEST(test_message_larger_than_the_recv_is_loc_qp_op_err_at_the_receiver_an
 	expect_qp(fs, &SRV, QSM_QP_ERR);
 	expect_zero(dst, sizeof(dst));
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -793,10 +789,7 @@ START_TEST(test_recv_whose_lkey_does_not_grant_local_write_is_loc_qp_op_err_when
 	expect_qp(fs, &SRV, QSM_QP_ERR);
 	expect_zero(dst, sizeof(dst));
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -823,10 +816,7 @@ START_TEST(test_unsignaled_send_completes_only_at_the_receiver)
 	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_SEND);
 	expect_none(fc);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -1001,10 +991,7 @@ START_TEST(test_send_queue_holds_max_send_wr_until_their_completions_are_taken)
 	expect_none(fc);
 	expect_none(fs);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -1031,10 +1018,7 @@ START_TEST(test_drain_frees_the_slots_of_unsignaled_sends_without_a_completion)
 	expect_none(fc);
 	expect_bytes(dst, src, 8);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -1063,10 +1047,7 @@ START_TEST(test_full_receive_queue_is_enobufs_until_a_receive_completion_is_take
 	expect_wc(fs, &SRV, 200, QSM_WC_WR_FLUSH_ERR, QSM_WR_RECV);
 	expect(fs, QSM_EV_DRAINED, &SRV);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -1210,10 +1191,7 @@ START_TEST(test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_on
 	expect_none(fc);
 	expect_bytes(dst + 4 * PREFIX, zero, 4 * (N - PREFIX));
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 
@@ -1392,10 +1370,7 @@ START_TEST(test_completions_come_in_batches_of_at_most_max_in_post_order_and_dra
 	expect_none(fs);
 	expect_none(fc);
 
-	fc->ops->dereg_mr(rs.mr);
-	fs->ops->dereg_mr(rd.mr);
-	pair_down(l, a, p);
-	assert_clean();
+	data_pair_down(l, a, p, &rs, &rd);
 }
 END_TEST
 

@@ -100,6 +100,8 @@ void expect_bytes_at(int line, const uint8_t *got, const uint8_t *want, size_t n
 #define expect_zero(p, n) expect_zero_at(__LINE__, p, n)
 void expect_zero_at(int line, const uint8_t *p, size_t n);
 void pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p);
+void data_pair_down(struct qsm_fid *l, struct qsm_fid *a, struct qsm_fid *p, const struct region *rs,
+		    const struct region *rd);
 
 /* A TCase on contract_fx: its setup makes the fabrics, its teardown destroys them. */
 TCase *contract_tcase(const char *name);

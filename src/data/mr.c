@@ -23,18 +23,24 @@ bool qsm_mr_args_valid(const void *addr, size_t len, int access)
 	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);
 }
 
+/* Whether q may make an MR or a window now (the fabric can: supported): 0, or why not. */
+static int key_door(const struct qsm_conn *q, bool supported)
+{
+	if (q->dead)
+		return -ESTALE;
+	if (!q->dev || !qsm_device_usable(q->dev))
+		return -ENODEV;
+	return supported ? 0 : -EOPNOTSUPP;
+}
+
 int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret)
 {
 	struct qsm_mr *mr;
 	int r;
 
 	qsm_check(q && ret && qsm_mr_args_valid(addr, len, access), -EINVAL);
-	if (q->dead)
-		return -ESTALE;
-	if (!q->dev || !qsm_device_usable(q->dev))
-		return -ENODEV;
-	if (!q->ctx->ops->reg_mr)
-		return -EOPNOTSUPP;
+	if ((r = key_door(q, q->ctx->ops->reg_mr != NULL)) < 0)
+		return r;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
@@ -130,12 +136,8 @@ int qsm_conn_alloc_mw(struct qsm_conn *q, struct qsm_mw **ret)
 	int r;
 
 	qsm_check(q && ret, -EINVAL);
-	if (q->dead)
-		return -ESTALE;
-	if (!q->dev || !qsm_device_usable(q->dev))
-		return -ENODEV;
-	if (!q->ctx->ops->alloc_mw)
-		return -EOPNOTSUPP;
+	if ((r = key_door(q, q->ctx->ops->alloc_mw != NULL)) < 0)
+		return r;
 	mw = calloc(1, sizeof(*mw));
 	if (!mw)
 		return -ENOMEM;

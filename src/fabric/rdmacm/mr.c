@@ -4,6 +4,52 @@
 
 #include "fabric/rdmacm/rdmacm.h"
 
+/* Memory for an object on d's PD (an MR, a window), the PD made first if need be; NULL with *err
+ * set.  errno is 0 on return, for the verbs call that makes the object. */
+static void *pd_obj_alloc(struct qsm_fdev *d, size_t size, int *err)
+{
+	void *o;
+
+	if (!d->present) {
+		*err = -ENODEV;
+		return NULL;
+	}
+	if (!(o = calloc(1, size))) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	/* the PD: created with the first QP or MR on the device */
+	if ((*err = qsm_rc_dev_get_resources(d, NULL)) < 0) {
+		free(o);
+		return NULL;
+	}
+	errno = 0;
+	return o;
+}
+
+/* The verbs object was made: it holds the device's resources (counted in nmrs); else its
+ * memory goes, and the PD with it if nothing else holds it: what verbs said, or fallback. */
+static int pd_obj_made(struct qsm_fdev *d, void *o, bool made, int fallback)
+{
+	int r;
+
+	if (made) {
+		d->nmrs++;
+		return 0;
+	}
+	r = errno_or(fallback);
+	free(o);
+	qsm_rc_dev_settle(d);
+	return r;
+}
+
+static void pd_obj_free(struct qsm_fdev *d, void *o)
+{
+	free(o);
+	d->nmrs--;
+	qsm_rc_dev_settle(d);
+}
+
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey)
 {
@@ -14,8 +60,6 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
 			QSM_ACCESS_MW_BIND)))
 		return -EINVAL;
-	if (!d->present)
-		return -ENODEV;
 	if (access & QSM_ACCESS_LOCAL_WRITE)
 		ibv_access |= IBV_ACCESS_LOCAL_WRITE;
 	if (access & QSM_ACCESS_REMOTE_WRITE)
@@ -24,26 +68,13 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 		ibv_access |= IBV_ACCESS_REMOTE_READ;
 	if (access & QSM_ACCESS_MW_BIND)
 		ibv_access |= IBV_ACCESS_MW_BIND;
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	/* the PD: created with the first QP or MR on the device */
-	r = qsm_rc_dev_get_resources(d, NULL);
-	if (r < 0) {
-		free(m);
+	if (!(m = pd_obj_alloc(d, sizeof(*m), &r)))
 		return r;
-	}
-	errno = 0;
 	m->mr = ibv_reg_mr(d->pd, addr, len, ibv_access);
-	if (!m->mr) {
-		r = errno_or(ENOMEM);
-		free(m);
-		qsm_rc_dev_settle(d);
+	if ((r = pd_obj_made(d, m, m->mr != NULL, ENOMEM)) < 0)
 		return r;
-	}
 	m->dev = d;
 	m->access = access;
-	d->nmrs++;
 	*lkey = m->mr->lkey;
 	*rkey = m->mr->rkey;
 	*ret = m;
@@ -52,15 +83,10 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 
 void qsm_rc_dereg_mr(struct qsm_fmr *m)
 {
-	struct qsm_fdev *d;
-
 	if (!m)
 		return;
-	d = m->dev;
 	ibv_dereg_mr(m->mr);
-	free(m);
-	d->nmrs--;
-	qsm_rc_dev_settle(d);
+	pd_obj_free(m->dev, m);
 }
 
 /* A type-2 window, unbound; it holds the device's resources as an MR does (counted in nmrs). */
@@ -71,39 +97,21 @@ int qsm_rc_alloc_mw(struct qsm_fdev *d, struct qsm_fmw **ret)
 
 	if (!d || !ret)
 		return -EINVAL;
-	if (!d->present)
-		return -ENODEV;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	if ((r = qsm_rc_dev_get_resources(d, NULL)) < 0) {
-		free(w);
+	if (!(w = pd_obj_alloc(d, sizeof(*w), &r)))
 		return r;
-	}
-	errno = 0;
 	w->mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
-	if (!w->mw) {
-		r = errno_or(EOPNOTSUPP);
-		free(w);
-		qsm_rc_dev_settle(d);
+	if ((r = pd_obj_made(d, w, w->mw != NULL, EOPNOTSUPP)) < 0)
 		return r;
-	}
 	w->dev = d;
 	w->rkey = w->mw->rkey;
-	d->nmrs++;
 	*ret = w;
 	return 0;
 }
 
 void qsm_rc_dealloc_mw(struct qsm_fmw *w)
 {
-	struct qsm_fdev *d;
-
 	if (!w)
 		return;
-	d = w->dev;
 	ibv_dealloc_mw(w->mw);
-	free(w);
-	d->nmrs--;
-	qsm_rc_dev_settle(d);
+	pd_obj_free(w->dev, w);
 }

@@ -262,19 +262,22 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 	return 0;
 }
 
+/* An MR or a window of d goes: off its list, its hold on d and its count (*stat) let go. */
+static void dev_key_free(struct sim_device *d, struct qsm_list *node, unsigned *stat, void *o)
+{
+	qsm_list_del(node);
+	d->nmrs--;
+	(*stat)--;
+	free(o);
+	sim_device_settle(d);
+}
+
 void sim_dereg_mr(struct qsm_fmr *fmr)
 {
 	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
-	struct sim_device *d;
 
-	if (!mr)
-		return;
-	d = mr->dev;
-	qsm_list_del(&mr->node);
-	d->nmrs--;
-	d->sim->st.mrs--;
-	free(mr);
-	sim_device_settle(d);
+	if (mr)
+		dev_key_free(mr->dev, &mr->node, &mr->dev->sim->st.mrs, mr);
 }
 
 static bool mr_covers(const struct sim_mr *mr, uint64_t addr, uint64_t len)
@@ -352,16 +355,9 @@ int sim_alloc_mw(struct qsm_fdev *fdev, struct qsm_fmw **ret)
 void sim_dealloc_mw(struct qsm_fmw *fmw)
 {
 	struct sim_mw *w = (struct sim_mw *)(void *)fmw;
-	struct sim_device *d;
 
-	if (!w)
-		return;
-	d = w->dev;
-	qsm_list_del(&w->node);
-	d->nmrs--;
-	d->sim->st.mws--;
-	free(w);
-	sim_device_settle(d);
+	if (w)
+		dev_key_free(w->dev, &w->node, &w->dev->sim->st.mws, w);
 }
 
 /* The window with that rkey on `d`, bound, is invalidated: true, else false. */
