@@ -102,7 +102,7 @@ static const struct qsm_class bench_class = {
 	},
 };
 
-/* An owner is its queue (see runtime.h); the queue's user pointer carries its index. */
+/* An owner is its queue (see src/queue/queue.h); the queue's user pointer carries its index. */
 static size_t qsm_index_of(void *owner)
 {
 	return (size_t)(uintptr_t)qsm_conn_user(owner);

@@ -8,6 +8,14 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* An address as the library keeps it: the family says which member is set. */
+union qsm_addr {
+	struct sockaddr sa;
+	struct sockaddr_in sin;
+	struct sockaddr_in6 sin6;
+};
+
+
 static inline socklen_t qsm_sockaddr_len(int family)
 {
 	switch (family) {

@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "runtime.h"
+#include "class.h"
 
 /* The next class to look in: the super, ending in the base class even if `super` is unset. */
 static const struct qsm_class *up(const struct qsm_class *k, const struct qsm_class *base)

@@ -5,7 +5,24 @@
 #include <string.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "queue/queue.h"
+#include "registry/registry.h"
+
+struct qsm_listener {
+	struct qsm_obj obj;
+	struct qsm_ctx *ctx;
+	uint8_t state;
+	bool dead;                  /* destroy was called: no new passive queue from now on */
+	struct qsm_fid *id;
+	const struct qsm_class *cls;
+	union qsm_addr addr;
+	int backlog;
+	struct qsm_reconnect_policy relisten;
+	struct qsm_timeouts timeouts;
+	uint32_t next_delay_ms;
+	struct qsm_timer timer;
+	void *user;
+};
 
 static const struct qsm_obj_ops listener_ops;
 
@@ -58,7 +75,7 @@ static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const
 {
 	switch (a) {
 	case QSM_ACT_SPAWN_PASSIVE:
-		if (qsm_conn_spawn_passive(l, it) < 0) {
+		if (qsm_conn_spawn_passive(l->ctx, l->cls, l->user, &l->timeouts, it) < 0) {
 			/* No queue for it: the peer hears a reject, not a timeout. */
 			l->ctx->counters.action_errors++;
 			l->ctx->ops->reject(it->id, NULL, 0);

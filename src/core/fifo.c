@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "core/fifo.h"
 
 #define FIFO_MIN 64
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "core/core.h"
 
 #define DEFAULT_BUDGET 64
 

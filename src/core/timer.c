@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "core/fifo.h"
+#include "core/timer.h"
 
 uint64_t qsm_monotonic_ns(void *arg)
 {

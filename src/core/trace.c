@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "core/timer.h"
+#include "core/trace.h"
 
 int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out)
 {

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "data/data.h"
 
 /* Once the drain marker is posted, a new WR would complete after DRAINED, when the QP is
  * already gone: refuse it, the buffer stays the ULP's.  The machine says which states drain. */

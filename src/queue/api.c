@@ -8,7 +8,7 @@
 #include <qsm/rdmacm.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "queue/queue.h"
 
 /* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
  * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
@@ -58,7 +58,8 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
 	q->timer.heap_idx = UINT32_MAX;
 	q->timer.owner = &q->obj;
-	qsm_list_init(&q->dev_node);
+	q->du.obj = &q->obj;
+	qsm_list_init(&q->du.node);
 	qsm_list_init(&q->mrs);
 	qsm_list_init(&q->mws);
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
@@ -101,22 +102,22 @@ int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_
 }
 
 /* Spawned on the listener's CONNECT_REQUEST: the new id becomes the queue's. */
-int qsm_conn_spawn_passive(struct qsm_listener *l, const struct qsm_item *it)
+int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, void *user,
+			   const struct qsm_timeouts *timeouts, const struct qsm_item *it)
 {
-	struct qsm_ctx *ctx = l->ctx;
-	struct qsm_conn *q = conn_alloc(ctx, l->cls, true);
+	struct qsm_conn *q = conn_alloc(ctx, cls, true);
 	struct qsm_fdev *d;
 	int r = 0;
 
 	if (!q)
 		return -ENOMEM;
-	q->user = l->user;
-	qsm_conn_set_timeouts(q, &l->timeouts);
+	q->user = user;
+	qsm_conn_set_timeouts(q, timeouts);
 	/* A queue without its device in the registry could never register memory: refuse the
 	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
 	d = ctx->ops->id_device(it->id);
 	if (d)
-		r = qsm_device_attach(q, d);
+		r = qsm_device_attach(ctx, &q->du, d);
 	if (r == 0)
 		r = qsm_post_copy(ctx, &q->obj, it);
 	if (r < 0) {
@@ -192,4 +193,10 @@ int qsm_conn_verbs(struct qsm_conn *q, struct qsm_verbs *out)
 	q->ctx->ops->id_verbs(q->id, &cm_id, &qp, &pd);
 	*out = (struct qsm_verbs){ .cm_id = cm_id, .qp = qp, .pd = pd };
 	return 0;
+}
+
+struct qsm_srq *qsm_conn_srq(const struct qsm_conn *q)
+{
+	qsm_check(q, NULL);
+	return q->srq;
 }

@@ -2,7 +2,7 @@
  * slot a ULP leaves empty (no handshake, accept every request, unexpected only counted). */
 #include <stddef.h>
 
-#include "runtime.h"
+#include "queue/queue.h"
 
 /* No ULP handshake: a connection is usable as soon as it is established. */
 static int base_connected_enter(struct qsm_conn *q, const struct qsm_event_info *ev)

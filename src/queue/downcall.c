@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "queue/queue.h"
 
 /*
  * One errno per kind of failure, the same for every downcall: -EINVAL for a caller's bad

@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime.h"
+#include "queue/queue.h"
 
 /* A policy as the ULP gave it, its defaults (its 0s) applied once: a retry reads it as is. */
 struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p)

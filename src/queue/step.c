@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "queue/queue.h"
 
 static void conn_free(struct qsm_obj *o);
 
@@ -127,7 +127,7 @@ static int create_qp(struct qsm_conn *q)
 	int r;
 
 	/* on its class's SRQ of the device, if it asks for one: made now if this is the first */
-	if (q->vt->srq.max_wr && (r = qsm_srq_for(q, &attr.srq)) < 0)
+	if (q->vt->srq.max_wr && (r = qsm_srq_for(q->du.dev, q->vt, &q->srq, &attr.srq)) < 0)
 		return r;
 	r = q->ctx->ops->create_qp(q->id, &attr);
 	if (r < 0) {
@@ -186,11 +186,11 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, struct qsm_ev
 	case QSM_ACT_RESOLVE_ROUTE: {
 		struct qsm_fdev *d = ops->id_device(q->id);
 
-		if (d && (!q->dev || q->dev->fdev != d)) {
+		if (d && (!q->du.dev || q->du.dev->fdev != d)) {
 			/* another device now: what was registered on the old one goes */
 			qsm_conn_release_mrs(q, false);
-			qsm_device_detach(q);
-			r = qsm_device_attach(q, d);
+			qsm_device_detach(&q->du);
+			r = qsm_device_attach(q->ctx, &q->du, d);
 		}
 		/* no registry entry (no sentinel, no memory): this attempt cannot work, retry */
 		if (r == 0)
@@ -258,13 +258,13 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, struct qsm_ev
 		cancelled = call(q, q->vt->device_removed, info, it, q->state, to);
 		release_id(q);
 		qsm_conn_release_mrs(q, false);
-		qsm_device_detach(q);
+		qsm_device_detach(&q->du);
 		break;
 	case QSM_ACT_RELEASE_ALL:
 		qsm_timer_cancel(ctx, &q->timer);
 		release_id(q);
 		qsm_conn_release_mrs(q, false);
-		qsm_device_detach(q);
+		qsm_device_detach(&q->du);
 		break;
 	}
 	if (r < 0) {
@@ -293,7 +293,7 @@ static void conn_close(struct qsm_conn *q)
 	qsm_timer_remove(q->ctx, &q->timer);
 	release_id(q);
 	qsm_conn_release_mrs(q, true);
-	qsm_device_detach(q);
+	qsm_device_detach(&q->du);
 	qsm_list_del(&q->obj.node);
 	q->ctx->counters.queues_live--;
 }

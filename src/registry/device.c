@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "runtime.h"
+#include "registry/registry.h"
 
 static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it);
 static void device_teardown(struct qsm_obj *o);
@@ -57,9 +57,8 @@ static void open_sentinel(struct qsm_device *d)
 	}
 }
 
-int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
+int qsm_device_attach(struct qsm_ctx *ctx, struct qsm_dev_user *u, struct qsm_fdev *fdev)
 {
-	struct qsm_ctx *ctx = q->ctx;
 	struct qsm_device *d = find(ctx, fdev);
 
 	if (!d) {
@@ -72,7 +71,7 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		d->obj.serial = ++ctx->next_serial;
 		d->ctx = ctx;
 		d->fdev = fdev;
-		qsm_list_init(&d->conns);
+		qsm_list_init(&d->users);
 		qsm_list_init(&d->pool_regs);
 		qsm_list_init(&d->srqs);
 		open_sentinel(d);
@@ -88,8 +87,8 @@ int qsm_device_attach(struct qsm_conn *q, struct qsm_fdev *fdev)
 		ctx->counters.devices_live++;
 		qsm_pools_attach_device(d);
 	}
-	q->dev = d;
-	qsm_list_add_tail(&d->conns, &q->dev_node);
+	u->dev = d;
+	qsm_list_add_tail(&d->users, &u->node);
 	return 0;
 }
 
@@ -107,11 +106,9 @@ static void run_action(struct qsm_device *d, enum qsm_device_action a, int statu
 		}
 		break;
 	case QSM_ACT_NOTIFY_QUEUES:
-		for (struct qsm_list *n = d->conns.next; n != &d->conns; n = n->next) {
-			struct qsm_conn *q = qsm_container_of(n, struct qsm_conn, dev_node);
-
-			qsm_post(ctx, &q->obj, QSM_EV_DEVICE_REMOVAL, status);
-		}
+		for (struct qsm_list *n = d->users.next; n != &d->users; n = n->next)
+			qsm_post(ctx, qsm_container_of(n, struct qsm_dev_user, node)->obj,
+				 QSM_EV_DEVICE_REMOVAL, status);
 		break;
 	case QSM_ACT_RELEASE_REGISTRY:
 		qsm_pools_detach_device(d);
@@ -167,15 +164,15 @@ static void device_close(struct qsm_device *d)
 	step(d, QSM_EV_DESTROY, 0, NULL);
 }
 
-void qsm_device_detach(struct qsm_conn *q)
+void qsm_device_detach(struct qsm_dev_user *u)
 {
-	struct qsm_device *d = q->dev;
+	struct qsm_device *d = u->dev;
 
 	if (!d)
 		return;
-	q->dev = NULL;
-	qsm_list_del(&q->dev_node);
-	if (qsm_list_empty(&d->conns)) {
+	u->dev = NULL;
+	qsm_list_del(&u->node);
+	if (qsm_list_empty(&d->users)) {
 		device_close(d);
 		if (!d->obj.refs)
 			free(d);
@@ -202,11 +199,11 @@ static void device_teardown(struct qsm_obj *o)
 	struct qsm_device *d = qsm_container_of(o, struct qsm_device, obj);
 
 	/* ctx teardown: queues are gone by now */
-	while (!qsm_list_empty(&d->conns)) {
-		struct qsm_conn *q = qsm_container_of(d->conns.next, struct qsm_conn, dev_node);
+	while (!qsm_list_empty(&d->users)) {
+		struct qsm_dev_user *u = qsm_container_of(d->users.next, struct qsm_dev_user, node);
 
-		q->dev = NULL;
-		qsm_list_del(&q->dev_node);
+		u->dev = NULL;
+		qsm_list_del(&u->node);
 	}
 	device_close(d);
 	if (d->obj.refs == 0 || d->obj.closed)

@@ -5,7 +5,23 @@
 #include <stdlib.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "registry/registry.h"
+
+/*
+ * What ibv_reg_mr refuses whatever the device: checked here, at the door, so that a caller's
+ * mistake is -EINVAL in every state (not -ENODEV before a device is attached), and so that a
+ * pool taken while the registry holds no device cannot fail later, unseen, on each device.
+ */
+bool qsm_mr_args_valid(const void *addr, size_t len, int access)
+{
+	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr)
+		return false;
+	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
+		       QSM_ACCESS_MW_BIND))
+		return false;
+	/* remote write needs local write (ibv_reg_mr(3)) */
+	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);
+}
 
 /* ---- pools: one registration per device of the registry ---- */
 
@@ -73,8 +89,7 @@ int qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, st
 	return 0;
 }
 
-/* The pool's keys on a device of the registry (NULL: none): 0, or -ENODEV. */
-static int keys_on(const struct qsm_pool *pool, const struct qsm_device *d, uint32_t *lkey,
+int qsm_pool_keys_on(const struct qsm_pool *pool, const struct qsm_device *d, uint32_t *lkey,
 		   uint32_t *rkey)
 {
 	const struct qsm_list *n;
@@ -93,18 +108,12 @@ static int keys_on(const struct qsm_pool *pool, const struct qsm_device *d, uint
 	return -ENODEV;
 }
 
-int qsm_pool_keys(const struct qsm_pool *pool, const struct qsm_conn *q, uint32_t *lkey,
-		  uint32_t *rkey)
-{
-	qsm_check(pool && q && !(q->ctx != pool->ctx), -EINVAL);
-	return keys_on(pool, q->dev, lkey, rkey);
-}
 
 int qsm_pool_srq_keys(const struct qsm_pool *pool, const struct qsm_srq *s, uint32_t *lkey,
 		      uint32_t *rkey)
 {
 	qsm_check(pool && s && !(s->dev->ctx != pool->ctx), -EINVAL);
-	return keys_on(pool, s->dev, lkey, rkey);
+	return qsm_pool_keys_on(pool, s->dev, lkey, rkey);
 }
 
 int qsm_pool_dereg(struct qsm_pool *pool)

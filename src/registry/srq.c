@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "argcheck.h"
-#include "runtime.h"
+#include "registry/registry.h"
 
 static struct qsm_srq *srq_of(struct qsm_device *d, struct qsm_fsrq *fsrq)
 {
@@ -26,44 +26,44 @@ static void low(struct qsm_srq *s)
 		(void)s->dev->ctx->ops->arm_srq(s->fsrq, s->vt->srq.limit);
 }
 
-/* The SRQ of the queue's class on its device, made now if it is the first: 0 and *fsrq (NULL
- * when the class asks for none), or the errno of making it (the QP is not made either). */
-int qsm_srq_for(struct qsm_conn *q, struct qsm_fsrq **fsrq)
+/* The SRQ of class vt on device d (NULL: none attached), made now if it is the first: 0 with
+ * *srq and *fsrq (both NULL when the class asks for none), or the errno of making it (the QP
+ * is not made either). */
+int qsm_srq_for(struct qsm_device *d, const struct qsm_vtable *vt, struct qsm_srq **srq,
+		struct qsm_fsrq **fsrq)
 {
-	const struct qsm_fabric_ops *ops = q->ctx->ops;
-	struct qsm_device *d = q->dev;
 	struct qsm_srq *s;
 	int r;
 
 	*fsrq = NULL;
-	q->srq = NULL;
-	if (!q->vt->srq.max_wr)
+	*srq = NULL;
+	if (!vt->srq.max_wr)
 		return 0;   /* (the caller looks first: the common case costs no call) */
-	if (!d || !ops->create_srq)
+	if (!d || !d->ctx->ops->create_srq)
 		return d ? -EOPNOTSUPP : -ENODEV;
 	for (struct qsm_list *n = d->srqs.next; n != &d->srqs; n = n->next) {
 		s = qsm_container_of(n, struct qsm_srq, node);
-		if (s->vt == q->vt)
+		if (s->vt == vt)
 			goto found;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	r = ops->create_srq(q->ctx->fabric, d->fdev, &d->obj,
-			    &(struct qsm_fabric_srq_attr){ .max_wr = q->vt->srq.max_wr,
-							   .max_sge = q->vt->srq.max_sge },
-			    &s->fsrq);
+	r = d->ctx->ops->create_srq(d->ctx->fabric, d->fdev, &d->obj,
+				    &(struct qsm_fabric_srq_attr){ .max_wr = vt->srq.max_wr,
+								   .max_sge = vt->srq.max_sge },
+				    &s->fsrq);
 	if (r < 0) {
 		free(s);
 		return r;
 	}
 	s->dev = d;
-	s->vt = q->vt;
+	s->vt = vt;
 	qsm_list_add_tail(&d->srqs, &s->node);
-	q->ctx->counters.srqs_live++;
+	d->ctx->counters.srqs_live++;
 	low(s);   /* empty: the class fills it before any QP takes from it */
 found:
-	q->srq = s;
+	*srq = s;
 	*fsrq = s->fsrq;
 	return 0;
 }
@@ -88,12 +88,6 @@ void qsm_srq_limit(struct qsm_device *d, struct qsm_fsrq *fsrq)
 
 	if (s)
 		low(s);
-}
-
-struct qsm_srq *qsm_conn_srq(const struct qsm_conn *q)
-{
-	qsm_check(q, NULL);
-	return q->srq;
 }
 
 int qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sge, int nsge)

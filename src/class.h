@@ -1,0 +1,28 @@
+/* rdma-qsm internal: classes (class.c).  Every handler slot of a class is looked up through
+ * its supers once, into a table per class and ctx that the queues' hot path reads. */
+#ifndef QSM_CLASS_H
+#define QSM_CLASS_H
+
+#include "core/core.h"
+
+struct qsm_srq;
+
+/* A class with every slot looked up through its supers once: the hot path reads this. */
+struct qsm_vtable {
+	const struct qsm_class *cls;
+	struct qsm_state_handlers state[2][QSM_CM_STATE_COUNT]; /* [passive][state] */
+	qsm_handler_fn unexpected, device_removed, qp_ready;
+	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
+	void (*release)(struct qsm_conn *q);
+	size_t priv_size;
+	struct qsm_fabric_qp_attr qp;    /* caps of the QP its queues create */
+	struct qsm_srq_caps srq;         /* max_wr 0: no SRQ */
+	void (*srq_low)(struct qsm_srq *s);
+	struct qsm_vtable *next;
+};
+
+/* The table of class c in ctx (made at first use), the lookup ending in base. */
+const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c,
+					const struct qsm_class *base);
+
+#endif

@@ -1,0 +1,159 @@
+/* rdma-qsm internal, core/: the objects every layer shares -- the ctx, the objects it dispatches
+ * to (seen only through their ops), the items its FIFO holds and the timers of its heap. */
+#ifndef QSM_CORE_CTX_H
+#define QSM_CORE_CTX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <qsm/ctx.h>
+
+#include "fabric/fabric.h"
+#include "list.h"
+#include "sm.h"
+
+/* What an id's owner pointer points at: the first member of each owner.  The loop knows
+ * objects only through their ops; the kinds only order the ctx's lists (and its teardown). */
+enum qsm_obj_kind { QSM_OBJ_LISTENER, QSM_OBJ_CONN, QSM_OBJ_DEVICE, QSM_OBJ_KINDS };
+struct qsm_obj;
+struct qsm_item;
+struct qsm_obj_ops {
+	void (*dispatch)(struct qsm_obj *o, const struct qsm_item *it);
+	/* Completions c[0..n), each to its owner, in order, while the FIFO stays empty: how many
+	 * were taken.  gen[i]: the owner's id_gen when c[i] was set aside (NULL: a batch just
+	 * taken).  An owner that closes on the way and has no reference goes to ctx->held.  Only
+	 * a queue has a QP, so only queues own the ids completions come on: one kind's op. */
+	unsigned (*complete)(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *c, unsigned n,
+			     const uint32_t *gen);
+	/* ctx teardown: no callbacks, no events; release everything now */
+	void (*teardown)(struct qsm_obj *o);
+	void (*free)(struct qsm_obj *o);
+	/* The machine and state that decide what it hears (-1: nothing, it is going away),
+	 * or NULL: not a machine's object. */
+	int (*state)(const struct qsm_obj *o, enum qsm_machine *m);
+	bool teardown_last;         /* torn down after the queued events are dropped */
+};
+struct qsm_obj {
+	const struct qsm_obj_ops *ops;
+	enum qsm_obj_kind kind;
+	uint32_t serial;
+	uint32_t refs;              /* queued events that point here; freed at 0 once closed */
+	uint32_t id_gen;            /* bumped whenever it lets go of an id: queued events of
+	                               an older id are stale (ids' addresses get reused) */
+	bool closed;                /* reached the final state: no more events, no callbacks */
+	struct qsm_list node;       /* ctx->objs[kind] */
+};
+
+struct qsm_timer {
+	uint64_t deadline_ns;       /* when it fires, if armed */
+	uint64_t key_ns;            /* its place in the heap: <= deadline_ns (lazy re-arm) */
+	uint32_t heap_idx;          /* UINT32_MAX: not in the heap */
+	bool armed;
+	int event;                  /* QSM_EV_RETRY or QSM_EV_TIMEOUT */
+	struct qsm_obj *owner;
+};
+
+/* One event on its way to an object; private data copied in. */
+struct qsm_item {
+	struct qsm_obj *target;
+	struct qsm_fid *id;         /* fabric events: the id it came on; else NULL */
+	struct qsm_fsrq *srq;       /* SRQ_LIMIT (from the fabric only): the SRQ; else unset */
+	uint32_t gen;               /* the target's id_gen when it was queued */
+	int event;
+	int status;
+	size_t pdata_len;
+	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
+};
+
+struct qsm_ctx {
+	struct qsm_fabric *fabric;
+	const struct qsm_fabric_ops *ops;
+	int epfd, timerfd, kickfd;
+	uint64_t timerfd_at;         /* what the timerfd is armed for (0: disarmed) */
+	bool kicked;
+	bool dispatching;             /* inside qsm_ctx_dispatch(): the clock is pass_now_ns */
+	bool pass_now_read;           /* pass_now_ns was read in this pass (false outside one) */
+	uint64_t pass_now_ns;         /* read once a pass, when first needed; else a lower bound */
+	/* How far CLOCK_MONOTONIC_COARSE may lag the clock (a few of its ticks); 0: the ctx has
+	 * a clock of its own (opts->now_ns), and no coarse one to look at first */
+	uint64_t coarse_slack_ns;
+	bool stop;
+	uint64_t (*now_ns)(void *arg);
+	void *now_arg;
+	uint64_t rng;
+	uint32_t next_serial;
+
+	/* FIFO of items (ring buffer, grows) */
+	struct qsm_item *fifo;
+	size_t fifo_cap, fifo_head, fifo_len;
+	size_t fifo_hwm;                  /* most items queued at once since the last trim */
+	/* An item is dispatched in its slot: the slots just behind fifo_head that the pass's
+	 * outermost item (and what it dispatched again) came from are not reused until it
+	 * returns, and a ring that grows meanwhile is kept, retired, until then too. */
+	size_t fifo_pinned;
+	unsigned int fifo_nretired;
+	struct qsm_item *fifo_retired[48];    /* the ring doubles: never more than this */
+
+	/* What is left of a batch of completions: cqe[cqe_next..cqe_len), each holding its owner,
+	 * with the owner's id_gen.  They go after what the FIFO holds (a WC_ERROR a handler of
+	 * the batch queued comes first) and before the fabric is asked again. */
+	struct qsm_fabric_cqe cqe[QSM_FABRIC_CQE_BATCH];
+	uint32_t cqe_gen[QSM_FABRIC_CQE_BATCH];
+	unsigned cqe_next, cqe_len;
+	/* Owners a batch closed (an abort, an error completion's step): held, one reference
+	 * each, until the batch is done, so that its later completions find them. */
+	struct qsm_obj *held[QSM_FABRIC_CQE_BATCH];
+	unsigned nheld;
+
+	/* timers: binary min-heap */
+	struct qsm_timer **heap;
+	uint32_t heap_len, heap_cap;
+
+	struct qsm_list objs[QSM_OBJ_KINDS];   /* every live object, by kind */
+	struct qsm_list pools;
+	struct qsm_vtable *vtables;       /* one per class in use */
+	/* Set by the layers above the loop, which the loop calls only through these:
+	 * DEVICE_ADDED that no object owns (the registry's fan-out), and what the layers
+	 * free with the ctx (class tables, pools), before the fabric goes. */
+	void (*device_added)(struct qsm_ctx *ctx);
+	void (*on_free[4])(struct qsm_ctx *ctx);
+	struct qsm_counters counters;
+
+	qsm_trace_fn trace;
+	void *trace_arg;
+	bool trace_stderr;
+	bool tracing;                 /* trace || trace_stderr: the hot path reads one flag */
+	uint64_t t0_ns;
+};
+
+/* A setting the ULP left 0: its default. */
+static inline uint32_t qsm_or_default(uint32_t v, uint32_t def)
+{
+	return v ? v : def;
+}
+
+/* A batch's owner that closed with no reference: kept until the batch is done. */
+static inline void qsm_obj_hold(struct qsm_ctx *ctx, struct qsm_obj *o)
+{
+	if (o->closed && !o->refs) {
+		o->refs++;
+		ctx->held[ctx->nheld++] = o;
+	}
+}
+
+/* One queued event less that points at o: freed through its ops once closed and at 0. */
+static inline void qsm_obj_put(struct qsm_ctx *ctx, struct qsm_obj *o)
+{
+	(void)ctx;
+	if (--o->refs || !o->closed)
+		return;
+	o->ops->free(o);
+}
+
+/* An event of an id its target has let go of since it was queued. */
+static inline bool qsm_item_stale(const struct qsm_item *it, const struct qsm_obj *o)
+{
+	return it->id && it->gen != o->id_gen;
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* rdma-qsm internal, core/: the ctx's FIFO of items (fifo.c): events queued to objects and
+ * dispatched in order, one pass at a time; the push and pop are inline, growing is not. */
+#ifndef QSM_CORE_FIFO_H
+#define QSM_CORE_FIFO_H
+
+#include "core/ctx.h"
+
+int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot);
+void qsm_fifo_trim(struct qsm_ctx *ctx);
+void qsm_fifo_kick(struct qsm_ctx *ctx);
+void qsm_fifo_free_retired(struct qsm_ctx *ctx);
+/* An event to target, queued (a downcall's, a timer's, the fan-out's): dispatched next. */
+int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
+int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
+
+/* A slot at the FIFO's tail for the caller to fill (the ring's size is a power of two).
+ * Out of line only to grow the ring, or to make the fd readable outside a pass. */
+static inline int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
+{
+	if (ctx->fifo_len + ctx->fifo_pinned == ctx->fifo_cap || (!ctx->dispatching && !ctx->kicked))
+		return qsm_fifo_push_slow(ctx, slot);
+	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len++) & (ctx->fifo_cap - 1)];
+	if (ctx->fifo_len > ctx->fifo_hwm)
+		ctx->fifo_hwm = ctx->fifo_len;
+	return 0;
+}
+
+/* The FIFO's head, taken off it but left in its slot (no copy): pinned until the pass's
+ * outermost item returns (qsm_fifo_unpin), so that nothing queued meanwhile overwrites it. */
+static inline const struct qsm_item *qsm_fifo_pop(struct qsm_ctx *ctx)
+{
+	const struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
+
+	ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
+	ctx->fifo_len--;
+	ctx->fifo_pinned++;
+	return it;
+}
+
+/* The pass's outermost item returned: no popped item is read any more. */
+static inline void qsm_fifo_unpin(struct qsm_ctx *ctx)
+{
+	ctx->fifo_pinned = 0;
+	if (ctx->fifo_nretired)
+		qsm_fifo_free_retired(ctx);
+}
+
+#endif

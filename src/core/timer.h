@@ -1,0 +1,63 @@
+/* rdma-qsm internal, core/: the clock (read at most once a dispatch pass) and the timers, one
+ * per object, in a lazy binary heap behind one timerfd (timer.c); arming is inline. */
+#ifndef QSM_CORE_TIMER_H
+#define QSM_CORE_TIMER_H
+
+#include "core/ctx.h"
+
+uint64_t qsm_monotonic_ns(void *arg);
+uint64_t qsm_coarse_slack_ns(void);
+void qsm_pass_clock(struct qsm_ctx *ctx);
+void qsm_timers_fire_due(struct qsm_ctx *ctx);
+void qsm_timerfd_rearm(struct qsm_ctx *ctx);
+void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline);
+void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
+
+/* The clock is read at most once per dispatch pass, when first needed: everything a pass does
+ * (timer arms, expiries, trace stamps) happens "at" that moment, and a pass that needs no time
+ * (completions with no timer armed: a data path's busy loop) reads none -- a system call on a
+ * machine whose clocksource has no vDSO.  Outside a pass, it is read each time. */
+static inline uint64_t qsm_now(struct qsm_ctx *ctx)
+{
+	if (ctx->pass_now_read)   /* only ever true inside a pass */
+		return ctx->pass_now_ns;
+	if (!ctx->dispatching)
+		return ctx->now_ns(ctx->now_arg);
+	ctx->pass_now_ns = ctx->now_ns(ctx->now_arg);
+	ctx->pass_now_read = true;
+	return ctx->pass_now_ns;
+}
+
+/* Fire the timers that are due; a glance at the heap's top when none is.  Inside a
+ * dispatch pass only: the clock is the pass's, set whenever the heap holds a timer (at the
+ * pass's start, or by the arm that put one there) -- read, or a lower bound that shows the
+ * heap's top is not due (qsm_pass_clock). */
+static inline void qsm_timers_fire(struct qsm_ctx *ctx)
+{
+	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
+		qsm_timers_fire_due(ctx);
+}
+
+/* One timer per object: arming replaces whatever was armed.  Inline, O(1), when the timer
+ * is in the heap with a key no later than the new deadline (a lazy re-arm: the common case). */
+static inline void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
+{
+	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
+
+	if (t->heap_idx == UINT32_MAX || deadline < t->key_ns) {
+		qsm_timer_arm_slow(ctx, t, event, deadline);
+		return;
+	}
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
+}
+
+/* O(1): the timer is left in the heap; qsm_timers_fire_due() drops it when its key is due. */
+static inline void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
+{
+	(void)ctx;
+	t->armed = false;
+}
+
+#endif

@@ -1,0 +1,53 @@
+/* rdma-qsm: the memory a queue holds -- its MRs and windows -- let go of when its device goes,
+ * when it moves to another device, and when it is freed (data/ registers them). */
+#include <stdlib.h>
+
+#include "queue/queue.h"
+
+void qsm_mr_release(struct qsm_mr *mr)
+{
+	if (mr->fmr) {
+		mr->q->ctx->ops->dereg_mr(mr->fmr);
+		mr->fmr = NULL;
+		mr->lkey = mr->rkey = 0;
+	}
+}
+
+void qsm_mw_release(struct qsm_mw *mw)
+{
+	if (mw->fmw) {
+		mw->q->ctx->ops->dealloc_mw(mw->fmw);
+		mw->fmw = NULL;
+		mw->rkey = 0;
+	}
+}
+
+/* The device goes (or the queue moves to another one, or closes): deregister everything,
+ * windows first (they are bound to the MRs); the handles stay the ULP's unless the queue
+ * itself is being freed. */
+void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
+{
+	struct qsm_list *n, *next;
+
+	for (n = q->mws.next; n != &q->mws; n = next) {
+		struct qsm_mw *mw = qsm_container_of(n, struct qsm_mw, node);
+
+		next = n->next;
+		qsm_mw_release(mw);
+		if (free_handles) {
+			qsm_list_del(&mw->node);
+			free(mw);
+		}
+	}
+
+	for (n = q->mrs.next; n != &q->mrs; n = next) {
+		struct qsm_mr *mr = qsm_container_of(n, struct qsm_mr, node);
+
+		next = n->next;
+		qsm_mr_release(mr);
+		if (free_handles) {
+			qsm_list_del(&mr->node);
+			free(mr);
+		}
+	}
+}

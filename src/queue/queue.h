@@ -1,0 +1,93 @@
+/* rdma-qsm internal: what queue/ offers the layers above -- queues (struct qsm_conn) and
+ * what they own (MRs, windows), the passive queue a listener spawns, the reconnect policy. */
+#ifndef QSM_QUEUE_H
+#define QSM_QUEUE_H
+
+#include "addr.h"
+#include "class.h"
+#include "core/core.h"
+#include "registry/registry.h"
+
+struct qsm_conn {
+	struct qsm_obj obj;
+	struct qsm_ctx *ctx;
+	const struct qsm_class *cls;
+	const struct qsm_vtable *vt;
+	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
+	const struct qsm_sm_step *steps;     /* qsm_sm_steps[sm->id]: its machine's edges */
+	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
+	uint8_t state;
+	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */
+	bool passive;
+	bool dead;                  /* destroyed or aborted: no callback ever again */
+	bool abort_pending;
+	bool decided;               /* passive: accept or reject was called */
+	bool wc_error_queued;       /* this QP's first error completion had its WC_ERROR */
+	uint8_t pdata_len;          /* connect / accept / reject private data */
+	struct qsm_fid *id;
+	struct qsm_srq *srq;         /* its QP's SRQ (its class asks for one), while it has a QP */
+	struct qsm_dev_user du;      /* its device (du.dev), while it has one */
+	struct qsm_timer timer;
+	uint32_t attempts;
+	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
+	uint32_t next_delay_ms;
+	uint64_t lost_at_ns;
+	struct qsm_reconnect_policy policy;
+	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
+	union qsm_addr dst, src;
+	bool has_src;
+	void *user;
+	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
+	struct qsm_list mws;        /* struct qsm_mw.node: its memory windows */
+	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
+	                               queues send none, and a queue stays small */
+	_Alignas(16) unsigned char priv[];
+};
+
+/* A memory region registered through a queue: released with its queue or its device. */
+struct qsm_mr {
+	struct qsm_conn *q;
+	struct qsm_fmr *fmr;        /* NULL once its device went away */
+	struct qsm_device *dev;
+	uint32_t lkey, rkey;
+	struct qsm_list node;
+};
+
+/* A memory window of a queue: released with its MRs (the device goes, the queue closes). */
+struct qsm_mw {
+	struct qsm_conn *q;
+	struct qsm_fmw *fmw;        /* NULL once its device went away */
+	uint32_t rkey;              /* its last bind's */
+	struct qsm_list node;       /* in q->mws */
+};
+
+/* api.c: making queues; a passive one for a listener's CONNECT_REQUEST (its id in `it`) */
+extern const struct qsm_obj_ops qsm_conn_ops;
+int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, void *user,
+			   const struct qsm_timeouts *timeouts, const struct qsm_item *it);
+int qsm_timeouts_check(const struct qsm_timeouts *t);
+
+/* step.c: a queue's machine and what its actions do */
+void qsm_conn_teardown(struct qsm_conn *q);
+int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len);
+void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t);
+
+/* policy.c: the reconnect policy and its backoff (a listener's relisten uses it too) */
+void qsm_conn_arm_retry(struct qsm_conn *q, int status);
+void qsm_conn_reset_backoff(struct qsm_conn *q);
+struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p);
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+			  uint32_t *next_delay_ms);
+
+/* memory.c: what a queue registered, let go of with its device or its queue */
+void qsm_mr_release(struct qsm_mr *mr);
+void qsm_mw_release(struct qsm_mw *mw);
+void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
+
+/* A queue has a QP unless its QP machine is in its final state (DESTROYED: none). */
+static inline bool qsm_conn_has_qp(const struct qsm_conn *q)
+{
+	return q->qp_state != qsm_sm_qp.final_state;
+}
+
+#endif
