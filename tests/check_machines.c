@@ -1,4 +1,4 @@
-/* rdma-qsm: the machines against their specification (DESIGN.md, doc/machines.md).
+/* rdma-qsm: the machines against their specification (doc/design.md, doc/machines.md).
  * The expected edges are written here by hand, never derived from the machine under test. */
 #include <check.h>
 #include <errno.h>
@@ -376,8 +376,9 @@ START_TEST(test_spec_is_well_formed)
 }
 END_TEST
 
-/* What each state does besides its edges, written here by hand (DESIGN, qsm_conn_new(3)'s
- * timeouts), never derived from the machine: which step timeout, drains, rejects, retiring. */
+/* What each state does besides its edges, written here by hand (doc/machines.md's per-state
+ * facts, qsm_conn_new(3)'s timeouts), never derived from the machine: which step timeout,
+ * drains, rejects, retiring. */
 struct spec_facts {
 	enum qsm_machine m;
 	int state;

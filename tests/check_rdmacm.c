@@ -237,7 +237,8 @@ static void pool_dev_free(struct qsm_fdev *d)
 	free(d);
 }
 
-/* TESTBED: rxe's max_cqe 32768 holds 252 QPs of 64/64 WRs; 1000 take 4 CQs, none beyond it. */
+/* As on rxe (tests/vm/README.md, scale.sh): max_cqe 32768 holds 252 QPs of 64/64 WRs; 1000
+ * take 4 CQs, none beyond it. */
 START_TEST(test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras)
 {
 	struct qsm_fdev *d = pool_dev(16);
