@@ -7,6 +7,7 @@
 #include "argcheck.h"
 #include "queue/queue.h"
 #include "registry/registry.h"
+#include "sm/edges.h"
 
 struct qsm_listener {
 	struct qsm_obj obj;
@@ -103,38 +104,37 @@ static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const
 	}
 }
 
+/* An edge of sm/listener.rl (sm/edges.h), its actions in order. */
+#define LISTENER_ACTION(a) run_action(l, a, it);
+#define LISTENER_EDGE(from, event, to, timeout, final, actions) \
+	case QSM_EDGE_KEY(from, event): \
+		if ((to) != (from)) \
+			qsm_timer_cancel(ctx, &l->timer); \
+		actions \
+		qsm_step_taken(ctx, "listener", l->cls->name, l->obj.serial, lstate(from), event, \
+			       lstate(to), it->status); \
+		if ((event) == QSM_EV_DEVICE_REMOVAL) \
+			ctx->counters.device_removals++; \
+		l->state = (uint8_t)(to); \
+		return;
+
 static void listener_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
 	struct qsm_listener *l = qsm_container_of(o, struct qsm_listener, obj);
 	struct qsm_ctx *ctx = l->ctx;
-	struct qsm_edge edge;
-	int cs;
 
 	if (l->obj.closed || (l->dead && it->event != QSM_EV_DESTROY) ||
 	    (it->event != QSM_EV_CONNECT_REQUEST && qsm_item_stale(it, &l->obj))) {
 		ctx->counters.dropped++;
 		goto release_request;
 	}
-	ctx->counters.dispatched++;
-	ctx->counters.events[it->event]++;
-	cs = qsm_sm_cs(&qsm_sm_listener, l->state);
-	if (qsm_sm_listener.exec(&cs, it->event, &edge) < 0) {
-		ctx->counters.unexpected++;
-		qsm_trace(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state), it->event, NULL,
-			  it->status);
-		goto release_request;
+	qsm_step_counted(ctx, it->event);
+	switch (QSM_EDGE_KEY(l->state, it->event)) {
+	QSM_EDGES_LISTENER(LISTENER_EDGE, LISTENER_ACTION)
+	default:
+		qsm_step_unexpected(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state),
+				    it->event, it->status);
 	}
-	if (edge.target != l->state)
-		qsm_timer_cancel(ctx, &l->timer);
-	for (unsigned int i = 0; i < edge.nactions; i++)
-		run_action(l, (enum qsm_listener_action)edge.actions[i], it);
-	qsm_trace(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state), it->event,
-		  lstate(edge.target), it->status);
-	ctx->counters.transitions++;
-	if (it->event == QSM_EV_DEVICE_REMOVAL)
-		ctx->counters.device_removals++;
-	l->state = (uint8_t)edge.target;
-	return;
 
 release_request:
 	/* A request that reached no listener still owns an id: refuse it, never leak it. */

@@ -134,56 +134,17 @@ static void map_machine(const struct qsm_sm *sm)
 	}
 }
 
-/*
- * A machine is pure, so each (state, event) has one answer: its exec is run once for every
- * pair, and a step on the hot path is a load from this table instead of the walk from
- * Ragel's state number (rows of a machine: its states; columns: every event number).
- */
-#define STEP_ROWS (QSM_CM_STATE_COUNT + QSM_ACCEPT_STATE_COUNT + QSM_LISTENER_STATE_COUNT + \
-		   QSM_QP_STATE_COUNT + QSM_DEVICE_STATE_COUNT)
-static struct qsm_sm_step step_table[STEP_ROWS * QSM_EV_LIMIT];
-_Static_assert(QSM_ACT_LIMIT <= UINT8_MAX + 1, "an action must fit struct qsm_sm_step");
-_Static_assert(QSM_CM_STATE_COUNT <= INT8_MAX, "a state must fit struct qsm_sm_step");
-const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT];
-
-/* A final state takes no event (its .rl says zlen): its row stays empty whatever exec says. */
-static void tabulate_machine(const struct qsm_sm *sm, struct qsm_sm_step *rows)
-{
-	for (int s = 0; s < sm->nstates; s++)
-		for (int ev = 0; ev < QSM_EV_LIMIT; ev++) {
-			struct qsm_sm_step *t = &rows[s * QSM_EV_LIMIT + ev];
-			struct qsm_edge edge;
-			int cs = state_cs[sm->id][s];
-
-			t->target = -1;
-			if (cs < 0 || s == sm->final_state || sm->exec(&cs, ev, &edge) < 0 ||
-			    edge.target < 0 || edge.target >= sm->nstates)
-				continue;
-			t->target = (int8_t)edge.target;
-			t->nactions = (uint8_t)edge.nactions;
-			for (unsigned int i = 0; i < edge.nactions; i++)
-				t->actions[i] = (uint8_t)edge.actions[i];
-		}
-}
-
 static int mapped;
 
 static void map_all(void)
 {
-	struct qsm_sm_step *rows = step_table;
-
-	for (int m = 0; m < QSM_MACHINE_COUNT; m++) {
+	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
 		map_machine(machines[m]);
-		if (rows + machines[m]->nstates * QSM_EV_LIMIT > step_table + STEP_ROWS * QSM_EV_LIMIT)
-			abort(); /* a machine with more states than its header says */
-		tabulate_machine(machines[m], rows);
-		qsm_sm_steps[m] = rows;
-		rows += machines[m]->nstates * QSM_EV_LIMIT;
-	}
 	__atomic_store_n(&mapped, 1, __ATOMIC_RELEASE);
 }
 
-/* Before the first ctx: the maps and the step table, once per process. */
+/* The maps, once per process (the public queries and tools/qsm-edges walk the machines; the
+ * runtime steps them through sm/edges.h). */
 void qsm_sm_init(void)
 {
 	if (!__atomic_load_n(&mapped, __ATOMIC_ACQUIRE))

@@ -62,40 +62,16 @@ const struct qsm_sm *qsm_sm_get(enum qsm_machine m);
 
 /* Ragel's state number for a named state (found once by walking the machine). */
 int qsm_sm_cs(const struct qsm_sm *sm, int state);
-
-/* One edge as the runtime's hot path reads it: what exec() answers for (state, event),
- * tabulated once (a machine is pure) by qsm_sm_init(), which the ctx runs when it is made. */
-struct qsm_sm_step {
-	int8_t target;                                 /* -1: no edge */
-	uint8_t nactions;
-	uint8_t actions[QSM_EDGE_MAX_ACTIONS];
-};
-/* hidden: the library's own, reached without a GOT load */
-extern const struct qsm_sm_step *qsm_sm_steps[QSM_MACHINE_COUNT] __attribute__((visibility("hidden")));
 void qsm_sm_init(void);
 
-/* The edge of `event` in `state` of the machine whose table is `steps` (qsm_sm_steps[m]),
- * or NULL: no edge (unexpected there). */
-static inline const struct qsm_sm_step *qsm_sm_step_in(const struct qsm_sm_step *steps, int state,
-						       int event)
-{
-	const struct qsm_sm_step *t;
-
-	if ((unsigned int)event >= QSM_EV_LIMIT)
-		return NULL;
-	t = &steps[state * QSM_EV_LIMIT + event];
-	return t->target < 0 ? NULL : t;
-}
-
-static inline const struct qsm_sm_step *qsm_sm_step_of(enum qsm_machine m, int state, int event)
-{
-	return qsm_sm_step_in(qsm_sm_steps[m], state, event);
-}
-
-static inline const struct qsm_sm_step *qsm_sm_step(const struct qsm_sm *sm, int state, int event)
-{
-	return qsm_sm_step_of(sm->id, state, event);
-}
+/* How the runtime steps every machine: sm/edges.h (written by tools/qsm-edges from the
+ * compiled machines) lists each machine's edges, and each object's step is a switch on
+ * QSM_EDGE_KEY(state, event) with one case per edge, its actions inline: the compiler sees
+ * every edge as straight-line code.  The event is one of the alphabet's (< QSM_EV_LIMIT): the
+ * runtime's events are, as every fabric maps what it hears onto them. */
+#define QSM_EDGE_KEY(state, event) ((unsigned int)(state) * QSM_EV_LIMIT + (unsigned int)(event))
+#define QSM_EDGE_CASE(from, event, to, timeout, final, actions) case QSM_EDGE_KEY(from, event):
+#define QSM_EDGE_NO_ACTION(a)
 
 /* Used by the .rl actions: record what the edge does and where it goes. */
 #define QSM_SM_ACT(a) do { \

@@ -12,6 +12,10 @@
 #include "list.h"
 #include "sm.h"
 
+/* A fast path the compiler must inline whatever its size heuristics say: a step's edges are
+ * compiled from constants, and only inlining folds them. */
+#define QSM_ALWAYS_INLINE static inline __attribute__((always_inline))
+
 /* What an id's owner pointer points at: the first member of each owner.  The loop knows
  * objects only through their ops; the kinds only order the ctx's lists (and its teardown). */
 enum qsm_obj_kind { QSM_OBJ_LISTENER, QSM_OBJ_CONN, QSM_OBJ_DEVICE, QSM_OBJ_KINDS };
@@ -61,8 +65,9 @@ struct qsm_item {
 	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;
-	size_t pdata_len;
-	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
+	uint32_t pdata_len;
+	uint8_t *pdata;             /* [pdata_len], the item's own copy, only when there is some
+	                               (most events carry none): freed with the item */
 };
 
 struct qsm_ctx {

@@ -2,6 +2,7 @@
  * copied in; an object is freed through its ops once closed and no queued event points at it. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/fifo.h"
@@ -101,6 +102,22 @@ int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
 	return 0;
 }
 
+int qsm_item_set_pdata(struct qsm_item *it, const void *pdata, size_t len)
+{
+	it->pdata = NULL;
+	it->pdata_len = 0;
+	if (!len)
+		return 0;
+	if (len > QSM_FABRIC_PDATA_MAX)
+		len = QSM_FABRIC_PDATA_MAX;
+	it->pdata = malloc(len);
+	if (!it->pdata)
+		return -ENOMEM;
+	memcpy(it->pdata, pdata, len);
+	it->pdata_len = (uint32_t)len;
+	return 0;
+}
+
 /* Queue a copy of an item (its id and private data) for another object. */
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src)
 {
@@ -110,6 +127,11 @@ int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_
 	if (r < 0)
 		return r;
 	*it = *src;
+	it->pdata_len = 0;
+	if (qsm_item_set_pdata(it, src->pdata, src->pdata_len) < 0) {
+		ctx->fifo_len--;   /* the slot just pushed goes back */
+		return -ENOMEM;
+	}
 	it->target = target;
 	it->gen = target->id_gen;
 	target->refs++;

@@ -3,6 +3,8 @@
 #ifndef QSM_CORE_FIFO_H
 #define QSM_CORE_FIFO_H
 
+#include <stdlib.h>
+
 #include "core/ctx.h"
 
 int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot);
@@ -12,6 +14,8 @@ void qsm_fifo_free_retired(struct qsm_ctx *ctx);
 /* An event to target, queued (a downcall's, a timer's, the fan-out's): dispatched next. */
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
+/* A copy of len bytes of private data for an item (NULL and 0: none): 0 or -ENOMEM. */
+int qsm_item_set_pdata(struct qsm_item *it, const void *pdata, size_t len);
 
 /* A slot at the FIFO's tail for the caller to fill (the ring's size is a power of two).
  * Out of line only to grow the ring, or to make the fd readable outside a pass. */
@@ -27,14 +31,23 @@ static inline int qsm_fifo_push(struct qsm_ctx *ctx, struct qsm_item **slot)
 
 /* The FIFO's head, taken off it but left in its slot (no copy): pinned until the pass's
  * outermost item returns (qsm_fifo_unpin), so that nothing queued meanwhile overwrites it. */
-static inline const struct qsm_item *qsm_fifo_pop(struct qsm_ctx *ctx)
+static inline struct qsm_item *qsm_fifo_pop(struct qsm_ctx *ctx)
 {
-	const struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
+	struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
 
 	ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
 	ctx->fifo_len--;
 	ctx->fifo_pinned++;
 	return it;
+}
+
+/* An item is done with (dispatched, or dropped): what it owns goes. */
+static inline void qsm_item_done(struct qsm_item *it)
+{
+	if (it->pdata_len) {
+		free(it->pdata);
+		it->pdata_len = 0;
+	}
 }
 
 /* The pass's outermost item returned: no popped item is read any more. */

@@ -29,7 +29,6 @@ int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	int r;
 
 	qsm_check(ret && opts && opts->fabric && opts->fabric->ops, -EINVAL);
-	qsm_sm_init();
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
@@ -99,6 +98,7 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 
 		ctx->fifo_head = (ctx->fifo_head + 1) & (ctx->fifo_cap - 1);
 		ctx->fifo_len--;
+		qsm_item_done(it);
 		qsm_obj_put(ctx, it->target);
 	}
 	while (ctx->cqe_next < ctx->cqe_len)
@@ -248,8 +248,13 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
 	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;
-	it->pdata_len = ev.private_data_len > sizeof(it->pdata) ? sizeof(it->pdata) : ev.private_data_len;
-	memcpy(it->pdata, ev.private_data, it->pdata_len);
+	it->pdata_len = 0;
+	if (ev.private_data_len && qsm_item_set_pdata(it, ev.private_data, ev.private_data_len) < 0) {
+		ctx->fifo_len--;   /* the slot just pushed goes back */
+		refuse_request(ctx, &ev);
+		ctx->counters.orphans++;
+		return -ENOMEM;
+	}
 	target->refs++;
 	return 0;
 }
@@ -272,7 +277,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			qsm_pass_clock(ctx);  /* ... as a timer's expiry is, at once (if it may be due) */
 	}
 	while (n < budget) {
-		const struct qsm_item *it;
+		struct qsm_item *it;
 
 		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
 			n += dispatch_left(ctx, budget - n);   /* what a batch left, behind the FIFO */
@@ -295,6 +300,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		it = qsm_fifo_pop(ctx);
 		ctx->counters.popped++;
 		it->target->ops->dispatch(it->target, it);
+		qsm_item_done(it);
 		qsm_obj_put(ctx, it->target);
 		if (outer)
 			qsm_fifo_unpin(ctx);

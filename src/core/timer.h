@@ -17,7 +17,7 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
  * (timer arms, expiries, trace stamps) happens "at" that moment, and a pass that needs no time
  * (completions with no timer armed: a data path's busy loop) reads none -- a system call on a
  * machine whose clocksource has no vDSO.  Outside a pass, it is read each time. */
-static inline uint64_t qsm_now(struct qsm_ctx *ctx)
+QSM_ALWAYS_INLINE uint64_t qsm_now(struct qsm_ctx *ctx)
 {
 	if (ctx->pass_now_read)   /* only ever true inside a pass */
 		return ctx->pass_now_ns;
@@ -40,7 +40,7 @@ static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 
 /* One timer per object: arming replaces whatever was armed.  Inline, O(1), when the timer
  * is in the heap with a key no later than the new deadline (a lazy re-arm: the common case). */
-static inline void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
+QSM_ALWAYS_INLINE void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t delay_ms)
 {
 	uint64_t deadline = qsm_now(ctx) + delay_ms * 1000000ull;
 

@@ -16,4 +16,25 @@ void qsm_trace_emit(struct qsm_ctx *ctx, const char *kind, const char *cls, uint
 			qsm_trace_emit(trace_ctx_, __VA_ARGS__); \
 	} while (0)
 
+/* What every object's step records, whatever its machine: the event dispatched to it, then
+ * the edge it took (a transition, traced) or that there was none (unexpected, traced). */
+static inline void qsm_step_counted(struct qsm_ctx *ctx, int event)
+{
+	ctx->counters.dispatched++;
+	ctx->counters.events[event]++;
+}
+
+/* macros, as qsm_trace is: the trace's arguments are worked out only when somebody listens */
+#define qsm_step_taken(ctx, kind, name, serial, from, event, to, status) do { \
+		struct qsm_ctx *taken_ctx_ = (ctx); \
+		qsm_trace(taken_ctx_, kind, name, serial, from, event, to, status); \
+		taken_ctx_->counters.transitions++; \
+	} while (0)
+
+#define qsm_step_unexpected(ctx, kind, name, serial, from, event, status) do { \
+		struct qsm_ctx *unexpected_ctx_ = (ctx); \
+		unexpected_ctx_->counters.unexpected++; \
+		qsm_trace(unexpected_ctx_, kind, name, serial, from, event, NULL, status); \
+	} while (0)
+
 #endif

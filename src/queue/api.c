@@ -52,7 +52,6 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->cls = cls;
 	q->passive = passive;
 	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
-	q->steps = qsm_sm_steps[q->sm->id];
 	q->hs = vt->state[passive];
 	q->state = (uint8_t)q->sm->start_state;
 	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */

@@ -5,6 +5,7 @@
 
 #include "argcheck.h"
 #include "queue/queue.h"
+#include "sm/edges.h"
 
 /*
  * One errno per kind of failure, the same for every downcall: -EINVAL for a caller's bad
@@ -17,7 +18,8 @@ static int check_edge(struct qsm_conn *q, int event)
 {
 	if (q->dead)
 		return -ESTALE;
-	if (!qsm_sm_step_in(q->steps, q->state, event)) /* what qsm_machine_next(3) answers */
+	/* what qsm_machine_next(3) answers */
+	if (!(q->passive ? qsm_edges_accept_has(q->state, event) : qsm_edges_cm_id_has(q->state, event)))
 		return -ENOMSG;
 	return 0;
 }

@@ -14,7 +14,6 @@ struct qsm_conn {
 	const struct qsm_class *cls;
 	const struct qsm_vtable *vt;
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
-	const struct qsm_sm_step *steps;     /* qsm_sm_steps[sm->id]: its machine's edges */
 	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
 	uint8_t state;
 	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */

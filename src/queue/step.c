@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "queue/queue.h"
+#include "sm/edges.h"
 
 static void conn_free(struct qsm_obj *o);
 
@@ -20,13 +21,20 @@ static const char *state_name(const struct qsm_conn *q, int s)
 
 /* ---- the QP machine: fed by every modify, async event and error completion ---- */
 
-static void qp_feed(struct qsm_conn *q, int event)
+#define QP_EDGE(from, event, to, timeout, final, actions) \
+	case QSM_EDGE_KEY(from, event): \
+		q->qp_state = (uint8_t)(to); \
+		break;
+
+/* Inline: every caller feeds one event it names, so only that event's cases are left. */
+QSM_ALWAYS_INLINE void qp_feed(struct qsm_conn *q, int event)
 {
 	/* no QP (its final state): no edge there either */
-	const struct qsm_sm_step *e = qsm_sm_step_of(QSM_MACHINE_QP, q->qp_state, event);
-
-	if (e)
-		q->qp_state = (uint8_t)e->target;
+	switch (QSM_EDGE_KEY(q->qp_state, event)) {
+	QSM_EDGES_QP(QP_EDGE, QSM_EDGE_NO_ACTION)
+	default:
+		break;
+	}
 }
 
 /* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
@@ -45,8 +53,8 @@ static void refused(struct qsm_conn *q, int r)
  * in and the one it goes to.  Put together for the first handler that runs, as most steps
  * run none: info->event is 0 until then.
  */
-static inline const struct qsm_event_info *told(struct qsm_event_info *info, const struct qsm_item *it,
-						int from, int to)
+QSM_ALWAYS_INLINE const struct qsm_event_info *told(struct qsm_event_info *info,
+						     const struct qsm_item *it, int from, int to)
 {
 	if (!info->event)
 		*info = (struct qsm_event_info){
@@ -58,8 +66,8 @@ static inline const struct qsm_event_info *told(struct qsm_event_info *info, con
 }
 
 /* true: the handler refused, or destroyed its queue (it is dead now, and was not before) */
-static inline bool call(struct qsm_conn *q, qsm_handler_fn fn, struct qsm_event_info *info,
-			const struct qsm_item *it, int from, int to)
+QSM_ALWAYS_INLINE bool call(struct qsm_conn *q, qsm_handler_fn fn, struct qsm_event_info *info,
+			    const struct qsm_item *it, int from, int to)
 {
 	if (!fn || q->dead)
 		return false;
@@ -164,8 +172,8 @@ static int resolve_ms(const struct qsm_conn *q)
  * failure is queued as the event an asynchronous failure would be) or a handler refused, and
  * the rest of the edge's actions are skipped: nothing is sent on a QP that is not there.
  */
-static int run_action(struct qsm_conn *q, enum qsm_queue_action a, struct qsm_event_info *info,
-		      const struct qsm_item *it, int to)
+QSM_ALWAYS_INLINE int run_action(struct qsm_conn *q, enum qsm_queue_action a,
+				  struct qsm_event_info *info, const struct qsm_item *it, int to)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	const struct qsm_fabric_ops *ops = ctx->ops;
@@ -275,12 +283,6 @@ static int run_action(struct qsm_conn *q, enum qsm_queue_action a, struct qsm_ev
 	return cancelled ? -ECANCELED : 0;
 }
 
-/* Per-state step timeouts (the machine names which, sm/\*.rl), armed on arrival. */
-static uint32_t state_timeout_ms(const struct qsm_conn *q, int s)
-{
-	return q->step_ms[q->sm->facts[s].timeout];
-}
-
 /* Last step of a queue: off every list; memory goes when no queued event points here. */
 static void conn_close(struct qsm_conn *q)
 {
@@ -305,72 +307,111 @@ static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_event_info info = { .event = 0 };
 
-	q->ctx->counters.unexpected++;
-	qsm_trace(q->ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state), it->event,
-		  NULL, it->status);
+	qsm_step_unexpected(q->ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state),
+			    it->event, it->status);
 	call(q, q->vt->unexpected, &info, it, q->state, q->state);
 }
 
-/* One event through the machine, and the ABORT edge after it if a handler refused. */
-static void step_item(struct qsm_conn *q, const struct qsm_item *it)
+/*
+ * An edge, as the machine's edge list (sm/edges.h) gives it to the queue's switches: the
+ * class's handlers around it, its actions in order (inline: a is a constant in each case),
+ * the target's step timeout armed on arrival.  Every argument but q, info and it is a
+ * constant of its case, so each edge compiles into the code one would write by hand for it.
+ */
+QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, struct qsm_event_info *info,
+			     const struct qsm_item *it, int from, int to)
+{
+	const struct qsm_state_handlers *hs = q->hs;
+
+	call(q, hs[from].on_event, info, it, from, to);
+	if (to != from) {
+		call(q, hs[from].exit, info, it, from, to);
+		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
+		qsm_timer_cancel(q->ctx, &q->timer);
+	}
+}
+
+QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
+			      const struct qsm_item *it, int from, int event, int to,
+			      enum qsm_step_timeout timeout, bool final)
 {
 	struct qsm_ctx *ctx = q->ctx;
-	int event = it->event, from = q->state, to;
-	const struct qsm_sm_step *edge = qsm_sm_step_in(q->steps, from, event);
-	const struct qsm_state_handlers *hs = q->hs;
-	struct qsm_event_info info;
 
-	info.event = 0;
-	ctx->counters.dispatched++;
-	ctx->counters.events[event]++;
-	if (!edge) {
-		unexpected(q, it);
-		goto out;
-	}
-	to = edge->target;
-	call(q, hs[from].on_event, &info, it, from, to);
-	if (to != from) {
-		call(q, hs[from].exit, &info, it, from, to);
-		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
-		qsm_timer_cancel(ctx, &q->timer);
-	}
-	for (const uint8_t *a = edge->actions, *end = a + edge->nactions; a < end; a++)
-		if (run_action(q, (enum qsm_queue_action)*a, &info, it, to) < 0)
-			break;
-	qsm_trace(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, from), event,
-		  state_name(q, to), it->status);
+	qsm_step_taken(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, from), event,
+		       state_name(q, to), it->status);
 	q->state = (uint8_t)to;
-	ctx->counters.transitions++;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
-	if (to == q->sm->final_state) {
+	if (final) {
 		conn_close(q);
 		return;
 	}
 	if (to != from) {
-		uint32_t t = state_timeout_ms(q, to);
-
-		if (t)
-			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, t);
-		call(q, hs[to].enter, &info, it, from, to);
+		if (timeout != QSM_STEP_NONE && q->step_ms[timeout])
+			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, q->step_ms[timeout]);
+		call(q, q->hs[to].enter, info, it, from, to);
 	}
-out:
+}
+
+/* An action that failed, or a handler that refused, skips the edge's other actions. */
+#define QUEUE_ACTION(a) \
+	if (run_action(q, a, info, it, to_) < 0) \
+		break;
+#define QUEUE_EDGE(from, event, to, timeout, final, actions) \
+	case QSM_EDGE_KEY(from, event): { \
+		const int to_ = (to); \
+		leave(q, info, it, from, to_); \
+		do { \
+			actions \
+		} while (0); \
+		arrive(q, info, it, from, event, to_, timeout, final); \
+		return; \
+	}
+
+static void step_active(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
+{
+	switch (QSM_EDGE_KEY(q->state, it->event)) {
+	QSM_EDGES_CM_ID(QUEUE_EDGE, QUEUE_ACTION)
+	default:
+		unexpected(q, it);
+	}
+}
+
+static void step_passive(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
+{
+	switch (QSM_EDGE_KEY(q->state, it->event)) {
+	QSM_EDGES_ACCEPT(QUEUE_EDGE, QUEUE_ACTION)
+	default:
+		unexpected(q, it);
+	}
+}
+
+/* One event through the queue's machine, and the ABORT edge after it if a handler refused. */
+static void step_item(struct qsm_conn *q, const struct qsm_item *it)
+{
+	struct qsm_event_info info;
+
+	info.event = 0;
+	qsm_step_counted(q->ctx, it->event);
+	if (q->passive)
+		step_passive(q, &info, it);
+	else
+		step_active(q, &info, it);
 	take_abort(q);
 }
 
 /* An event that comes from no FIFO slot (an abort, a WC_ERROR the FIFO had no room for). */
-static void step(struct qsm_conn *q, int event, int status, const void *pdata, size_t pdata_len)
+static void step(struct qsm_conn *q, int event, int status)
 {
-	struct qsm_item it;   /* its header only: the private data is not cleared */
+	struct qsm_item it;
 
 	it.target = &q->obj;
 	it.id = NULL;
 	it.gen = q->obj.id_gen;
 	it.event = event;
 	it.status = status;
-	it.pdata_len = pdata_len > sizeof(it.pdata) ? sizeof(it.pdata) : pdata_len;
-	if (it.pdata_len)
-		memcpy(it.pdata, pdata, it.pdata_len);
+	it.pdata = NULL;
+	it.pdata_len = 0;
 	step_item(q, &it);
 }
 
@@ -381,7 +422,7 @@ static void take_abort(struct qsm_conn *q)
 		return;
 	q->abort_pending = false;
 	q->ctx->counters.aborts++;
-	step(q, QSM_EV_ABORT, 0, NULL, 0);
+	step(q, QSM_EV_ABORT, 0);
 }
 
 /* The QP's own events, one bit each from QP_FATAL on: one test on the dispatch path. */
@@ -463,7 +504,7 @@ static void complete_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 	if (!wc_error_now || q->dead)
 		return;
 	qp_feed(q, QSM_EV_WC_ERROR);
-	step(q, QSM_EV_WC_ERROR, -EIO, NULL, 0);
+	step(q, QSM_EV_WC_ERROR, -EIO);
 	take_abort(q);
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "registry/registry.h"
+#include "sm/edges.h"
 
 static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it);
 static void device_teardown(struct qsm_obj *o);
@@ -131,26 +132,27 @@ static const char *state_name(int s)
 
 /* One event through the device's machine (sm/device.rl).  DESTROY is the registry's own,
  * taken at once when the last queue lets go (or the ctx goes), not from the FIFO. */
+#define DEVICE_ACTION(a) run_action(d, a, status, srq);
+#define DEVICE_EDGE(from, event, to, timeout, final, actions) \
+	case QSM_EDGE_KEY(from, event): \
+		actions \
+		qsm_step_taken(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, \
+			       state_name(from), event, state_name(to), status); \
+		d->state = (uint8_t)(to); \
+		d->obj.closed = (final); \
+		return;
+
 static void step(struct qsm_device *d, int event, int status, struct qsm_fsrq *srq)
 {
 	struct qsm_ctx *ctx = d->ctx;
-	const char *name = ctx->ops->device_name(d->fdev);
-	int cs = qsm_sm_cs(&qsm_sm_device, d->state);
-	struct qsm_edge edge;
 
-	if (qsm_sm_device.exec(&cs, event, &edge) < 0) {
+	switch (QSM_EDGE_KEY(d->state, event)) {
+	QSM_EDGES_DEVICE(DEVICE_EDGE, DEVICE_ACTION)
+	default:
 		/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
-		ctx->counters.unexpected++;
-		qsm_trace(ctx, "device", name, d->obj.serial, state_name(d->state), event, NULL, status);
-		return;
+		qsm_step_unexpected(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial,
+				    state_name(d->state), event, status);
 	}
-	for (unsigned int i = 0; i < edge.nactions; i++)
-		run_action(d, (enum qsm_device_action)edge.actions[i], status, srq);
-	qsm_trace(ctx, "device", name, d->obj.serial, state_name(d->state), event,
-		  state_name(edge.target), status);
-	ctx->counters.transitions++;
-	d->state = (uint8_t)edge.target;
-	d->obj.closed = d->state == qsm_sm_device.final_state;
 }
 
 /* No more users: the entry goes (its memory once no queued event points at it). */
@@ -159,8 +161,7 @@ static void device_close(struct qsm_device *d)
 	if (d->obj.closed)
 		return;
 	d->ctx->counters.device_closes++;
-	d->ctx->counters.dispatched++;
-	d->ctx->counters.events[QSM_EV_DESTROY]++;
+	qsm_step_counted(d->ctx, QSM_EV_DESTROY);
 	step(d, QSM_EV_DESTROY, 0, NULL);
 }
 
@@ -189,8 +190,7 @@ static void device_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		ctx->counters.dropped++;
 		return;
 	}
-	ctx->counters.dispatched++;
-	ctx->counters.events[it->event]++;
+	qsm_step_counted(ctx, it->event);
 	step(d, it->event, it->status, it->srq);
 }
 
@@ -224,7 +224,7 @@ void qsm_registry_device_added(struct qsm_ctx *ctx)
 			enum qsm_machine m;
 			int st = o->ops->state ? o->ops->state(o, &m) : -1;
 
-			if (st >= 0 && qsm_machine_next(m, st, QSM_EV_DEVICE_ADDED, NULL) >= 0)
+			if (st >= 0 && qsm_edges_has(m, st, QSM_EV_DEVICE_ADDED))
 				qsm_post(ctx, o, QSM_EV_DEVICE_ADDED, 0);
 		}
 	}

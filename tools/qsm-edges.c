@@ -1,0 +1,118 @@
+/* rdma-qsm build tool: writes sm/edges.h, every edge of the five compiled machines as an
+ * X-macro list, so that the runtime compiles each (state, event) into straight-line code. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sm.h"
+
+/*
+ * For each machine M, sm/edges.h defines QSM_EDGES_M(EDGE, A): one
+ *     EDGE(from, event, to, timeout, final, A(action) A(action) ...)
+ * per edge, in state then event order, with the enum names of the states, the event and the
+ * actions, `timeout` the step timeout the target state arms on arrival (QSM_STEP_*) and
+ * `final` 1 when the target is the machine's final state; and qsm_edges_m_has(state, event).  It walks the machines Ragel
+ * compiled (their exec), so it is exact whatever the .rl's expressions look like; and it pins
+ * each state's enum value to the machine's, so that a state named twice cannot drift.
+ */
+
+static const char *const prefix[QSM_MACHINE_COUNT] = {
+	[QSM_MACHINE_CM_ID] = "QSM_CM_",
+	[QSM_MACHINE_ACCEPT] = "QSM_ACCEPT_",
+	[QSM_MACHINE_LISTENER] = "QSM_LISTENER_",
+	[QSM_MACHINE_QP] = "QSM_QP_",
+	[QSM_MACHINE_DEVICE] = "QSM_DEVICE_",
+};
+
+static const char *const timeout_names[QSM_STEP_COUNT] = {
+	[QSM_STEP_NONE] = "QSM_STEP_NONE",
+	[QSM_STEP_RESOLVE] = "QSM_STEP_RESOLVE",
+	[QSM_STEP_CONNECT] = "QSM_STEP_CONNECT",
+	[QSM_STEP_REQUEST] = "QSM_STEP_REQUEST",
+	[QSM_STEP_HANDSHAKE] = "QSM_STEP_HANDSHAKE",
+	[QSM_STEP_DISCONNECT] = "QSM_STEP_DISCONNECT",
+	[QSM_STEP_DRAIN] = "QSM_STEP_DRAIN",
+};
+
+static void upper(char *dst, size_t n, const char *src)
+{
+	size_t i;
+
+	for (i = 0; src[i] && i + 1 < n; i++)
+		dst[i] = (char)toupper((unsigned char)src[i]);
+	dst[i] = '\0';
+}
+
+static void upper_name(const char *s)
+{
+	char buf[64];
+
+	upper(buf, sizeof(buf), s);
+	fputs(buf, stdout);
+}
+
+static int machine(enum qsm_machine m)
+{
+	const struct qsm_sm *sm = qsm_sm_get(m);
+	int edges = 0;
+
+	printf("\n/* %s: sm/%s.rl */\n", sm->name, sm->name);
+	for (int s = 0; s < sm->nstates; s++)
+		printf("_Static_assert(%s%s == %d, \"sm/%s.rl numbers %s as %d\");\n", prefix[m],
+		       sm->state_names[s], s, sm->name, sm->state_names[s], s);
+	printf("#define QSM_EDGES_");
+	upper_name(sm->name);
+	printf("(EDGE, A) \\\n");
+	for (int s = 0; s < sm->nstates; s++) {
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++) {
+			struct qsm_edge e;
+			int cs = qsm_sm_cs(sm, s);
+
+			if (cs < 0) {
+				fprintf(stderr, "qsm-edges: %s: state %s unreachable\n", sm->name,
+					sm->state_names[s]);
+				return -1;
+			}
+			/* a final state takes no event (its .rl says zlen), whatever exec says */
+			if (s == sm->final_state || sm->exec(&cs, ev, &e) < 0 || e.target < 0 ||
+			    e.target >= sm->nstates)
+				continue;
+			printf("\tEDGE(%s%s, QSM_EV_%s, %s%s, %s, %d,", prefix[m], sm->state_names[s],
+			       qsm_event_name(ev), prefix[m], sm->state_names[e.target],
+			       timeout_names[sm->facts[e.target].timeout], e.target == sm->final_state);
+			for (unsigned int i = 0; i < e.nactions; i++) {
+				printf(" A(QSM_ACT_");
+				upper_name(qsm_action_name(e.actions[i]));
+				printf(")");
+			}
+			printf(") \\\n");
+			edges++;
+		}
+	}
+	printf("\t/* %d edges */\n\n", edges);
+	/* whether an edge is there (a downcall's -ENOMSG, the registry's fan-out) */
+	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n"
+	       "\tswitch (QSM_EDGE_KEY(state, event)) {\n\tQSM_EDGES_", sm->name);
+	upper_name(sm->name);
+	printf("(QSM_EDGE_CASE, QSM_EDGE_NO_ACTION)\n\t\treturn true;\n"
+	       "\tdefault:\n\t\treturn false;\n\t}\n}\n");
+	return 0;
+}
+
+int main(void)
+{
+	printf("/* sm/edges.h: written by tools/qsm-edges from the compiled machines (sm/\\*.rl).\n"
+	       " * Do not edit: change the .rl, and the build writes this again. */\n"
+	       "#ifndef QSM_SM_EDGES_H\n#define QSM_SM_EDGES_H\n\n#include \"sm.h\"\n");
+	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
+		if (machine((enum qsm_machine)m) < 0)
+			return 1;
+	printf("\n/* whether machine m has an edge for (state, event) */\n"
+	       "static inline bool qsm_edges_has(enum qsm_machine m, int state, int event)\n{\n"
+	       "\tswitch (m) {\n");
+	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
+		printf("\tcase %d:\n\t\treturn qsm_edges_%s_has(state, event);\n", m,
+		       qsm_sm_get((enum qsm_machine)m)->name);
+	printf("\tdefault:\n\t\treturn false;\n\t}\n}\n\n#endif\n");
+	return fflush(stdout) ? 1 : 0;
+}
