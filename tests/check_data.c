@@ -734,6 +734,282 @@ START_TEST(test_a_window_bound_by_the_server_takes_the_clients_write_and_its_sen
 }
 END_TEST
 
+/* ---- the door: each check of a WR, one kind of bad WR each (src/data/post.c) ---- */
+
+/* Known caps: 4 sends, 4 receives, 2 SGEs each way, 16 bytes inline. */
+static const struct qsm_class door_class = {
+	.name = "door-client",
+	.qp = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 2, .max_recv_sge = 2,
+		.max_inline_data = 16 },
+	.qp_ready = cli_qp_ready,
+	.completion = cli_completion,
+};
+
+enum { DOOR_SEND_WR = 4, DOOR_RECV_WR = 4, DOOR_SGE = 2, DOOR_INLINE = 16 };
+
+/* The k-th kind of bad send WR, made from a good one (w, a signaled 8-byte write); NULL past
+ * the last.  sg is an array of QSM_MAX_SGE + 1 SGEs of cli.data; own_rkey is a bound window's
+ * of the queue (so that each LOCAL_INV case fails for its own reason alone), other_rkey names
+ * none of the queue's windows. */
+static const char *spoil_wr(int k, struct qsm_wr *w, const struct qsm_sge *sg, uint32_t own_rkey,
+			    uint32_t other_rkey)
+{
+	switch (k) {
+	case 0: w->opcode = QSM_WR_RECV; return "a receive's opcode";
+	case 1: w->opcode = QSM_WR_BIND_MW; return "BIND_MW (qsm_conn_bind_mw's)";
+	case 2: w->opcode = 0; return "no opcode";
+	case 3: w->opcode = (enum qsm_wr_opcode)99; return "an unknown opcode";
+	case 4: w->flags |= 0x80; return "an unknown flag";
+	case 5: w->num_sge = -1; return "num_sge < 0";
+	case 6: w->num_sge = QSM_MAX_SGE + 1; return "num_sge > QSM_MAX_SGE";
+	case 7: w->num_sge = DOOR_SGE + 1; return "num_sge > the class's max_send_sge";
+	case 8: w->sg_list = NULL; return "no sg_list for num_sge 1";
+	case 9: w->opcode = QSM_WR_RDMA_READ; w->flags |= QSM_POST_INLINE; return "INLINE on a READ";
+	case 10: /* 2 SGEs, 8 + 9 bytes */
+		w->sg_list = sg + QSM_MAX_SGE - 1;
+		w->num_sge = 2;
+		w->flags |= QSM_POST_INLINE;
+		return "INLINE beyond max_inline_data";
+	case 11: w->opcode = QSM_WR_LOCAL_INV; w->imm_data = other_rkey; w->num_sge = 0;
+		return "LOCAL_INV of an rkey none of the queue's windows has";
+	case 12: w->opcode = QSM_WR_LOCAL_INV; w->imm_data = 0; w->num_sge = 0;
+		return "LOCAL_INV of rkey 0 (a window never bound)";
+	case 13: w->opcode = QSM_WR_LOCAL_INV; w->imm_data = own_rkey; w->num_sge = 1;
+		return "LOCAL_INV with an SGE";
+	case 14: w->opcode = QSM_WR_LOCAL_INV; w->imm_data = own_rkey; w->num_sge = 0;
+		w->flags |= QSM_POST_INLINE;
+		return "LOCAL_INV with INLINE";
+	default: return NULL;
+	}
+}
+
+/* Every kind of bad send WR, alone and behind a good one in a list: -EINVAL, *posted 0, before
+ * the state is looked at (q without a QP: -EINVAL, not -ENOTCONN). */
+static void door_refuses_each_bad_wr(struct qsm_conn *q, uint32_t own_rkey, uint32_t other_rkey)
+{
+	struct qsm_sge sg[QSM_MAX_SGE + 1];
+	const char *what;
+
+	for (int i = 0; i <= QSM_MAX_SGE; i++)
+		sg[i] = (struct qsm_sge){ (uintptr_t)cli.data + 8 * (unsigned)i, 8, qsm_mr_lkey(cli.mr) };
+	sg[QSM_MAX_SGE].length = 9;
+	for (int k = 0; ; k++) {
+		struct qsm_wr good = { .wr_id = 300, .opcode = QSM_WR_RDMA_WRITE, .sg_list = sg,
+				       .num_sge = 1, .remote_addr = (uintptr_t)srv.data,
+				       .rkey = srv.mr ? qsm_mr_rkey(srv.mr) : 0, .flags = QSM_POST_SIGNALED };
+		struct qsm_wr wrs[2] = { good, good };
+		int posted = -1;
+
+		wrs[1].wr_id = 301;
+		if (!(what = spoil_wr(k, &wrs[1], sg, own_rkey, other_rkey)))
+			break;
+		ck_assert_msg(qsm_conn_post_list(q, &wrs[1], 1, &posted) == -EINVAL && posted == 0,
+			      "%s alone: not refused", what);
+		posted = -1;
+		ck_assert_msg(qsm_conn_post_list(q, wrs, 2, &posted) == -EINVAL && posted == 0,
+			      "%s behind a good WR: not refused whole", what);
+	}
+	/* the calls of one WR each go through the same door */
+	ck_assert_int_eq(qsm_conn_post_send(q, 302, sg, DOOR_SGE + 1, 0), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_write(q, 303, sg + QSM_MAX_SGE - 1, 2, (uintptr_t)srv.data, 0,
+					     QSM_POST_INLINE), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_read(q, 304, sg, 1, (uintptr_t)srv.data, 0, QSM_POST_INLINE), -EINVAL);
+	/* and receives: SGEs (< 0, beyond QSM_MAX_SGE, beyond the class's max_recv_sge, no array) */
+	ck_assert_int_eq(qsm_conn_post_recv(q, 305, sg, -1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 305, sg, QSM_MAX_SGE + 1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 305, sg, DOOR_SGE + 1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 305, NULL, 1), -EINVAL);
+}
+
+/* A bad WR holds no slot and never completes: after all of them, the queues still take their
+ * full depth, and only the good WRs complete. */
+START_TEST(test_the_door_refuses_each_kind_of_bad_wr_posts_nothing_and_holds_no_slot)
+{
+	struct qsm_conn *idle, *q, *other;
+	struct qsm_mw *mw, *unbound, *theirs;
+	struct qsm_sge s[2];
+	struct qsm_wr full[DOOR_SEND_WR];
+	uint32_t rkey;
+	int posted = -1;
+
+	/* no QP yet: the WR is checked first */
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &door_class,
+		.dst = (struct sockaddr *)&addr }, &idle), 0);
+	door_refuses_each_bad_wr(idle, 0, 0);   /* (no windows: every LOCAL_INV names none) */
+	ck_assert_int_eq(qsm_conn_destroy(idle), 0);
+
+	listen_server();
+	q = client_of(&door_class);
+	other = srv_queue;
+	/* windows of q's, one bound and one not (rkey 0), and one of the server queue's, bound */
+	ck_assert_int_eq(qsm_conn_alloc_mw(q, &mw), 0);
+	ck_assert_int_eq(qsm_conn_alloc_mw(q, &unbound), 0);
+	ck_assert_int_eq(qsm_conn_alloc_mw(other, &theirs), 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(q, 310, mw, cli.mr, (uintptr_t)cli.data, 8,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(other, 311, theirs, srv.mr, (uintptr_t)srv.data, 8,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(cli.completions, 1);   /* the bind */
+	cli.completions = 0;
+	rkey = qsm_mw_rkey(mw);
+	ck_assert_uint_ne(rkey, 0);
+	ck_assert_uint_ne(qsm_mw_rkey(theirs), 0);
+	ck_assert_uint_eq(qsm_mw_rkey(unbound), 0);
+	door_refuses_each_bad_wr(q, rkey, qsm_mw_rkey(theirs));
+	pump();
+	ck_assert_int_eq(cli.completions, 0);
+	ck_assert_int_eq(srv.errors, 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+
+	/* every send slot is free: a list of the full depth goes (one WR more would not), with
+	 * inline data up to max_inline_data exactly */
+	s[0] = (struct qsm_sge){ (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	s[1] = (struct qsm_sge){ (uintptr_t)cli.data + 8, DOOR_INLINE - 8, 0 };
+	for (int i = 0; i < DOOR_SEND_WR; i++)
+		full[i] = (struct qsm_wr){ .wr_id = 320 + (uint64_t)i, .opcode = QSM_WR_RDMA_WRITE,
+					   .sg_list = s, .num_sge = i ? 1 : DOOR_SGE,
+					   .remote_addr = (uintptr_t)srv.data, .rkey = qsm_mr_rkey(srv.mr),
+					   .flags = QSM_POST_SIGNALED | (i ? 0 : QSM_POST_INLINE) };
+	ck_assert_int_eq(qsm_conn_post_list(q, full, DOOR_SEND_WR, &posted), 0);
+	ck_assert_int_eq(posted, DOOR_SEND_WR);
+	ck_assert_int_eq(qsm_conn_post_write(q, 330, s, 1, (uintptr_t)srv.data, qsm_mr_rkey(srv.mr),
+					     QSM_POST_SIGNALED), -ENOBUFS);
+	/* every receive slot but qp_ready's is free: three more go, a fourth does not */
+	for (int i = 1; i < DOOR_RECV_WR; i++)
+		ck_assert_int_eq(qsm_conn_post_recv(q, 340 + (uint64_t)i, s, DOOR_SGE), 0);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 349, s, 1), -ENOBUFS);
+	pump();
+	ck_assert_int_eq(cli.completions, DOOR_SEND_WR);
+	ck_assert_int_eq(cli.errors + srv.errors, 0);
+
+	/* the LOCAL_INV the door lets through: of q's own bound window's rkey */
+	ck_assert_int_eq(qsm_conn_post_list(q, &(struct qsm_wr){ .wr_id = 351, .opcode = QSM_WR_LOCAL_INV,
+		.flags = QSM_POST_SIGNALED, .imm_data = rkey }, 1, &posted), 0);
+	pump();
+	ck_assert_int_eq(cli.last.opcode, QSM_WR_LOCAL_INV);
+	ck_assert_int_eq(cli.last.status, QSM_WC_SUCCESS);
+	ck_assert_int_eq(cli.completions, DOOR_SEND_WR + 1);
+	ck_assert_int_eq(cli.errors, 0);
+}
+END_TEST
+
+/* Each kind of bad bind: -EINVAL, nothing posted, no slot held, nothing completes. */
+START_TEST(test_the_door_refuses_each_kind_of_bad_bind)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_mw *mw, *theirs;
+	struct qsm_mr *plain;
+	uint64_t at = (uintptr_t)cli.data;
+	const uint64_t size = sizeof(cli.data);
+	enum { NONE, OURS, THEIRS };
+	struct {
+		const char *what;
+		int win;
+		struct qsm_mr **mr;
+		uint64_t addr, len;
+		int access;
+		unsigned int flags;
+	} bad[] = {
+		{ "no window", NONE, &cli.mr, at, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "no MR", OURS, NULL, at, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "another queue's window", THEIRS, &cli.mr, at, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "another queue's MR", OURS, &srv.mr, (uintptr_t)srv.data, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "an MR without MW_BIND", OURS, &plain, at, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "length 0", OURS, &cli.mr, at, 0, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "a range beyond the MR's end", OURS, &cli.mr, at + 8, size - 7, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "a range before the MR", OURS, &cli.mr, at - 1, 8, QSM_ACCESS_REMOTE_WRITE, 0 },
+		{ "a local access bit", OURS, &cli.mr, at, 8, QSM_ACCESS_LOCAL_WRITE, 0 },
+		{ "MW_BIND as access", OURS, &cli.mr, at, 8, QSM_ACCESS_MW_BIND, 0 },
+		{ "INLINE", OURS, &cli.mr, at, 8, QSM_ACCESS_REMOTE_WRITE, QSM_POST_INLINE },
+	};
+
+	ck_assert_int_eq(qsm_conn_alloc_mw(q, &mw), 0);
+	ck_assert_int_eq(qsm_conn_alloc_mw(srv_queue, &theirs), 0);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, cli.data, sizeof(cli.data), QSM_ACCESS_LOCAL_WRITE |
+					 QSM_ACCESS_REMOTE_WRITE, &plain), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct qsm_mw *w = bad[i].win == OURS ? mw : bad[i].win == THEIRS ? theirs : NULL;
+		const struct qsm_mr *m = bad[i].mr ? *bad[i].mr : NULL;
+
+		ck_assert_msg(qsm_conn_bind_mw(q, 400 + i, w, m, bad[i].addr, bad[i].len, bad[i].access,
+					       QSM_POST_SIGNALED | bad[i].flags) == -EINVAL,
+			      "a bind with %s: not refused", bad[i].what);
+	}
+	pump();
+	ck_assert_int_eq(cli.completions, 0);
+	ck_assert_uint_eq(qsm_mw_rkey(mw), 0);
+	/* the whole MR is a range the door lets through; then every send slot is still free */
+	ck_assert_int_eq(qsm_conn_bind_mw(q, 420, mw, cli.mr, at, size, QSM_ACCESS_REMOTE_WRITE |
+					  QSM_ACCESS_REMOTE_READ, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(cli.last.opcode, QSM_WR_BIND_MW);
+	ck_assert_int_eq(cli.last.status, QSM_WC_SUCCESS);
+	/* the default class: 64 send slots, the bind's free again once its completion was taken */
+	for (int i = 0; i < 64; i++)
+		ck_assert_int_eq(qsm_conn_post_write(q, 430 + (uint64_t)i, &(struct qsm_sge){ at, 8,
+			qsm_mr_lkey(cli.mr) }, 1, (uintptr_t)srv.data, qsm_mr_rkey(srv.mr), QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(cli.completions, 1 + 64);
+	ck_assert_int_eq(cli.errors + srv.errors, 0);
+	ck_assert_int_eq(qsm_mr_dereg(plain), 0);
+}
+END_TEST
+
+/* An SRQ's receives go through the same door: an SRQ of 2 receives of 2 SGEs, never filled. */
+static struct qsm_srq *door_srq;
+
+static void door_srq_low(struct qsm_srq *s)
+{
+	door_srq = s;
+}
+
+static int door_srq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	srv_queue = q;
+	return reg(q, &srv);
+}
+
+static int door_srq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	return on_completion(q, wc, &srv);
+}
+
+static const struct qsm_class door_srq_class = {
+	.name = "door-srq-server",
+	.qp_ready = door_srq_qp_ready,
+	.completion = door_srq_completion,
+	.srq = { .max_wr = 2, .max_sge = DOOR_SGE },
+	.srq_low = door_srq_low,
+};
+
+START_TEST(test_the_door_refuses_each_kind_of_bad_srq_receive_and_holds_no_slot)
+{
+	struct qsm_listener *l;
+	struct qsm_sge sg[QSM_MAX_SGE + 1];
+
+	door_srq = NULL;
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr, .cls = &door_srq_class }, &l), 0);
+	client_of(&cli_class);
+	ck_assert_ptr_nonnull(door_srq);
+	for (int i = 0; i <= QSM_MAX_SGE; i++)
+		sg[i] = (struct qsm_sge){ (uintptr_t)srv.data + 8 * (unsigned)i, 8, qsm_mr_lkey(srv.mr) };
+	ck_assert_int_eq(qsm_srq_post_recv(NULL, 1, sg, 1), -EINVAL);
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 1, sg, -1), -EINVAL);
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 1, sg, QSM_MAX_SGE + 1), -EINVAL);
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 1, sg, DOOR_SGE + 1), -EINVAL);   /* srq.max_sge */
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 1, NULL, 1), -EINVAL);
+	/* no slot held: both of max_wr go, a third does not; nothing completes */
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 2, sg, DOOR_SGE), 0);
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 3, sg, 0), 0);
+	ck_assert_int_eq(qsm_srq_post_recv(door_srq, 4, sg, 1), -ENOBUFS);
+	pump();
+	ck_assert_int_eq(srv.completions + cli.completions, 0);
+}
+END_TEST
+
 /* ---- batches of completions ---- */
 
 static struct qsm_conn *abort_at_queue;
@@ -868,6 +1144,9 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
 	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
 	tcase_add_test(t, test_a_window_bound_by_the_server_takes_the_clients_write_and_its_send_with_inv);
+	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_wr_posts_nothing_and_holds_no_slot);
+	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_bind);
+	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_srq_receive_and_holds_no_slot);
 	tcase_add_test(t, test_a_batch_of_completions_keeps_to_the_dispatch_budget);
 	tcase_add_test(t, test_a_queue_aborted_in_the_middle_of_a_batch_gets_nothing_more_of_it);
 	tcase_add_test(t, test_a_queue_destroyed_by_another_handler_in_a_batch_gets_nothing_more_of_it);

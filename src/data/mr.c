@@ -35,6 +35,9 @@ int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, stru
 	}
 	mr->q = q;
 	mr->dev = q->du.dev;
+	mr->addr = (uintptr_t)addr;
+	mr->len = len;
+	mr->access = access;
 	qsm_list_add_tail(&q->mrs, &mr->node);
 	*ret = mr;
 	return 0;

@@ -49,6 +49,8 @@ struct qsm_mr {
 	struct qsm_fmr *fmr;        /* NULL once its device went away */
 	struct qsm_device *dev;
 	uint32_t lkey, rkey;
+	uint64_t addr, len;         /* what it covers, and its access: for the door of a bind */
+	int access;
 	struct qsm_list node;
 };
 

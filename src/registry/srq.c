@@ -90,14 +90,6 @@ void qsm_srq_limit(struct qsm_device *d, struct qsm_fsrq *fsrq)
 		low(s);
 }
 
-int qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sge, int nsge)
-{
-	qsm_check(s && nsge >= 0 && nsge <= QSM_MAX_SGE && (!nsge || sge), -EINVAL);
-	if (!qsm_device_usable(s->dev))
-		return -ENODEV;
-	return s->dev->ctx->ops->post_srq_recv(s->fsrq, wr_id, sge, nsge);
-}
-
 struct qsm_ctx *qsm_srq_ctx(const struct qsm_srq *s)
 {
 	qsm_check(s, NULL);

@@ -154,7 +154,7 @@ bool doc_no_qp(const struct rec *r)
 bool settled;
 
 /* D1 for a call posting n WRs (a receive: one): what the door refuses, then the QP. */
-static int expect_n(struct rec *r, bool door_bad, bool cap_bad, bool recv, unsigned n, int *sq)
+static int expect_n(struct rec *r, bool door_bad, bool recv, unsigned n, int *sq)
 {
 	*sq = sim_qp(r);
 	if (*sq != -ENOENT && doc_no_qp(r) && !r->in_qp_ready)
@@ -164,8 +164,6 @@ static int expect_n(struct rec *r, bool door_bad, bool cap_bad, bool recv, unsig
 		return -EINVAL;
 	if (*sq == -ENOENT || drain_started(r))
 		return -ENOTCONN;
-	if (cap_bad)
-		return -EINVAL;
 	if (*sq == QSM_QP_ERR)
 		return 0;       /* flushed */
 	if (!recv && *sq != QSM_QP_RTS)
@@ -184,20 +182,18 @@ int expect_post(struct rec *r, int kind, int nsge, bool bad_flags, int *sq)
 	uint32_t cap = kind == K_RECV ? r->ci->recv_sge : r->ci->send_sge;
 
 	/* SGEs beyond the class's caps are the door's to refuse, as those beyond QSM_MAX_SGE */
-	return expect_n(r, bad_flags || nsge < 0 || nsge > QSM_MAX_SGE || (uint32_t)nsge > cap, false,
+	return expect_n(r, bad_flags || nsge < 0 || nsge > QSM_MAX_SGE || (uint32_t)nsge > cap,
 			kind == K_RECV, 1, sq);
 }
 
 /* A list is checked whole (fabric.h): one bad WR fails it all, n WRs need n free slots. */
 int expect_list(struct rec *r, const struct spost *p, unsigned n, int *sq)
 {
-	bool door_bad = false, cap_bad = false;
+	bool door_bad = false;
 
-	for (unsigned i = 0; i < n; i++) {
+	for (unsigned i = 0; i < n; i++)
 		door_bad |= p[i].door_bad;
-		cap_bad |= p[i].cap_bad;
-	}
-	return expect_n(r, door_bad, cap_bad, false, n, sq);
+	return expect_n(r, door_bad, false, n, sq);
 }
 
 /* A WR the queue is about to post: its wr_id is its index, never reused. */
@@ -460,8 +456,8 @@ static void prep_checks(struct rec *r, struct wrec *w, struct spost *p, bool bad
 	p->nsge = odd_nsge(r, w->kind, p->nsge, p->sge);
 	for (int i = 0; i < p->nsge && i <= QSM_MAX_SGE; i++)
 		len += p->sge[i].length;
-	p->door_bad = bad_flags || p->nsge > QSM_MAX_SGE || (uint32_t)p->nsge > r->ci->send_sge;
-	p->cap_bad = w->inl && len > r->ci->max_inline;
+	p->door_bad = bad_flags || p->nsge > QSM_MAX_SGE || (uint32_t)p->nsge > r->ci->send_sge ||
+		      (w->inl && len > r->ci->max_inline);
 	w->nsge = (uint8_t)(p->nsge < 2 ? p->nsge : 2);
 	memcpy(w->sge, p->sge, sizeof(w->sge));
 }

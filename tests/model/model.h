@@ -51,11 +51,12 @@
  * and from every kind of handler, including the completion handler, which also aborts or
  * destroys its queue now and then.  Every post is tracked (wr_id, kind, signaled, QP
  * generation), and:
- *  (D1) a post returns -ENOTCONN exactly when the queue has no QP or its drain started
- *       (active DRAINING/CLOSING, passive DRAINING), -EINVAL for bad flags / SGE counts
- *       (QSM_MAX_SGE, then the class's caps), INLINE on a READ or beyond max_inline_data,
- *       and for a send before the QP is RTS, -ENOBUFS for a receive only with max_recv_wr
- *       receives outstanding and for a send, write or read only with max_send_wr slots held
+ *  (D1) a post returns -EINVAL for bad flags / SGE counts (QSM_MAX_SGE, the class's caps),
+ *       INLINE on a READ or beyond max_inline_data, whatever the state (the door checks them
+ *       first), else -ENOTCONN exactly when the queue has no QP or its drain started (active
+ *       DRAINING/CLOSING, passive DRAINING), -EINVAL for a send before the QP is RTS,
+ *       -ENOBUFS for a receive only with max_recv_wr receives outstanding and for a send,
+ *       write or read only with max_send_wr slots held
  *       (a WR holds one until its completion is handled, an unsignaled one until a later
  *       WR's of its QP, or DRAINED), 0 otherwise; a QP never exists in a state the man page
  *       says has none, except inside qp_ready;
@@ -96,9 +97,10 @@
  *       on a device of the ctx that had none) and then only on its limit, each such call right
  *       before the device's SRQ_LIMIT edge in IN_USE; none in REMOVING (a self-loop), never
  *       unexpected; after a device removal and re-add the SRQ is made again;
- *  (S2) qsm_srq_post_recv() returns -EINVAL for more SGEs than QSM_MAX_SGE or srq.max_sge,
- *       -ENODEV once the device is REMOVING, -ENOBUFS with srq.max_wr receives outstanding
- *       (exactly once settled and none may have gone unseen, else maybe), 0 otherwise; once
+ *  (S2) qsm_srq_post_recv() returns -EINVAL for more SGEs than QSM_MAX_SGE or srq.max_sge
+ *       (whatever the device's state: the door checks them first), else -ENODEV once the device
+ *       is REMOVING, -ENOBUFS with srq.max_wr receives outstanding (exactly once settled
+ *       and none may have gone unseen, else maybe), 0 otherwise; once
  *       settled, filling the SRQ takes exactly what is free (less none, more only by the
  *       receives that may have gone with a QP: then those are the oldest outstanding ones);
  *       qsm_conn_post_recv() on a queue of the class is -EINVAL; qsm_conn_srq() is set exactly
@@ -394,8 +396,8 @@ struct spost {
 	uint32_t rkey, imm;
 	unsigned flags;
 	int nsge, slot;         /* slot: the read landing slot it took, or -1 */
-	bool door_bad;          /* -EINVAL at the door: flags, SGE count, opcode, INLINE on a READ */
-	bool cap_bad;           /* -EINVAL from the QP's caps: SGEs, INLINE beyond max_inline_data */
+	bool door_bad;          /* -EINVAL at the door: flags, SGE count (QSM_MAX_SGE, the class's
+	                           caps), opcode, INLINE on a READ or beyond max_inline_data */
 	struct qsm_sge sge[QSM_MAX_SGE + 1];
 };
 

@@ -109,7 +109,7 @@ static int srq_post(struct msrq *m, bool odd)
 	struct qsm_sge sge[QSM_MAX_SGE + 1];
 	uint32_t lkey = 0, rkey, cap = 0;
 	int slot = free_slot(m->used, NSRQBUF), nsge = 0, want, got;
-	bool door_bad = false, cap_bad = false, bad = false;
+	bool door_bad = false, bad = false;
 	uint8_t *base = NULL;
 	struct wrec *w;
 	uint64_t wr_id;
@@ -132,8 +132,7 @@ static int srq_post(struct msrq *m, bool odd)
 		for (int i = nsge; i < n; i++)
 			sge[i] = (struct qsm_sge){ (uintptr_t)srq_mem[m->c], 0, lkey };
 		nsge = n;
-		door_bad = n > QSM_MAX_SGE;
-		cap_bad = !door_bad;
+		door_bad = true;   /* beyond QSM_MAX_SGE or srq.max_sge: the door's */
 	}
 	if (m->nrv == m->cap)
 		m->rv = grow_to(m->rv, &m->cap, sizeof(*m->rv), 64);
@@ -148,7 +147,7 @@ static int srq_post(struct msrq *m, bool odd)
 	w->local_ok = !bad;
 	w->nsge = (uint8_t)(nsge < 2 ? nsge : 2);
 	memcpy(w->sge, sge, sizeof(w->sge));
-	want = door_bad ? -EINVAL : m->removing ? -ENODEV : cap_bad ? -EINVAL
+	want = door_bad ? -EINVAL : m->removing ? -ENODEV
 	       : m->n_out < SRQ_MAX_WR ? 0 : settled && !unsure(m) ? -ENOBUFS : MAYBE_ENOBUFS;
 	got = qsm_srq_post_recv(m->s, wr_id, sge, nsge);
 	ds.srq_posts++;
