@@ -1051,7 +1051,7 @@ START_TEST(test_full_receive_queue_is_enobufs_until_a_receive_completion_is_take
 }
 END_TEST
 
-START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
+START_TEST(test_list_posts_in_order_and_a_too_long_list_posts_none)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
 	uint8_t src[16], dst[3 * 8] = { 0 }, wdst[16] = { 0 };
@@ -1074,16 +1074,8 @@ START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
 	s[3] = sge(&rs, 0, 16);
 	wrs[3] = write_wr(4, &s[3], &rw, QSM_POST_SIGNALED);
 
-	/* A bad WR anywhere fails the list: nothing is posted. */
-	wrs[4] = wrs[3];
-	wrs[4].opcode = QSM_WR_RECV;
-	ck_assert_int_eq(fc->ops->post_send(a, wrs, 5, &posted), -EINVAL);
-	ck_assert_int_eq(posted, 0);
-	wrs[4] = wrs[3];
-	wrs[4].num_sge = QSM_FABRIC_MAX_SGE + 1;
-	ck_assert_int_eq(fc->ops->post_send(a, wrs, 5, &posted), -EINVAL);
-	ck_assert_int_eq(posted, 0);
-	/* More than the send queue has room for: nothing is posted. */
+	/* (A bad WR is the runtime's door's to refuse, before any fabric: tests/check_data.c.)
+	 * More than the send queue has room for: nothing is posted. */
 	for (int i = 4; i < 17; i++)
 		wrs[i] = write_wr(10 + i, &s[3], &rw, QSM_POST_SIGNALED);
 	ck_assert_int_eq(fc->ops->post_send(a, wrs, (int)qp_attr.max_send_wr + 1, &posted), -ENOBUFS);
@@ -1116,13 +1108,14 @@ START_TEST(test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none)
 END_TEST
 
 /*
- * fabric.h: "Only the device may refuse part way: *posted says how many went".  The one check
- * a fabric leaves to the device is a WR's SGEs against the QP's max_send_sge (within
- * QSM_FABRIC_MAX_SGE): rdmacm gives the list to verbs and rxe's provider (validate_send_wr:
- * num_sge > sq->max_sge) refuses that WR with the ones before it already on the send queue;
- * the sim's device does the same.  (The runtime checks SGEs against the class's caps before
- * any of this: qsm_conn_post_list() is all or nothing.)  max_inline_data 0: rxe sizes a WQE
- * for max(max_send_sge SGEs, max_inline_data bytes), so the QP's max_sge stays 1.
+ * fabric.h: "Only the device may refuse part way: *posted says how many went".  The checks a
+ * fabric leaves to the device are a WR's SGEs against the QP's max_send_sge and its inline
+ * data against the QP's max_inline_data: rdmacm gives the list to verbs and rxe's provider
+ * (validate_send_wr: num_sge > sq->max_sge) refuses that WR with the ones before it already on
+ * the send queue; the sim's device does the same.  (The runtime checks every WR, SGEs against
+ * the class's caps included, before any of this: qsm_conn_post_list() is all or nothing.)
+ * max_inline_data 0: rxe sizes a WQE for max(max_send_sge SGEs, max_inline_data bytes), so
+ * the QP's max_sge stays 1.
  */
 START_TEST(test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_only_its_slots)
 {
@@ -1211,16 +1204,15 @@ START_TEST(test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_ma
 	rw = reg(fs, p, wdst, sizeof(wdst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
 	ck_assert_int_eq(post_recv1(fs, p, 100, sge(&rd, 0, sizeof(dst))), 0);
 
-	/* One byte beyond max_inline_data, or inline on a READ: the WR itself is wrong. */
+	/* One byte beyond max_inline_data: the device refuses the WR (rxe's provider, with the
+	 * max_inline it gave these caps: 64, as asked; the sim's device alike), nothing posted.
+	 * (Inline on a READ is the runtime's door's to refuse: tests/check_data.c.) */
 	s.length = qp_attr.max_inline_data + 1;
 	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), -EINVAL);
-	wr.opcode = QSM_WR_RDMA_READ;
-	s.length = 8;
-	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), -EINVAL);
 	expect_none(fs);
+	expect_none(fc);
 
 	/* Unregistered memory (lkey 0), changed right after the post: the copy was taken. */
-	wr.opcode = QSM_WR_SEND;
 	s.length = qp_attr.max_inline_data;
 	ck_assert_int_eq(fc->ops->post_send(a, &wr, 1, NULL), 0);
 	memset(src, 0xee, sizeof(src));
@@ -1538,8 +1530,8 @@ static int mw_bind(struct qsm_fid *p, uint64_t wr_id, struct qsm_fmw *mw, const 
 START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_invalidates_it)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
-	uint8_t src[16], dst[64] = { 0 }, plain[16];
-	struct region rs, rd, rn;
+	uint8_t src[16], dst[64] = { 0 };
+	struct region rs, rd;
 	struct qsm_fabric_sge one;
 	struct qsm_fabric_wc *wc;
 	struct qsm_fmw *mw, *mw2;
@@ -1549,13 +1541,9 @@ START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_inv
 	fill(src, sizeof(src), 3);
 	rs = reg(fc, a, src, sizeof(src), 0);
 	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_MW_BIND);
-	rn = reg(fs, p, plain, sizeof(plain), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
 	ck_assert_int_eq(fs->ops->alloc_mw(fs->ops->id_device(p), &mw), 0);
-	/* checked at the door: an MR without MW_BIND, a range beyond the MR, other access bits */
-	ck_assert_int_eq(mw_bind(p, 50, mw, &rn, 0, 8, &rkey), -EINVAL);
-	ck_assert_int_eq(mw_bind(p, 51, mw, &rd, 16, 64, &rkey), -EINVAL);
-	ck_assert_int_eq(fs->ops->bind_mw(p, 51, mw, rd.mr, (uintptr_t)dst, 8, QSM_ACCESS_LOCAL_WRITE,
-					  QSM_POST_SIGNALED, &rkey), -EINVAL);
+	/* (An MR without MW_BIND, a range beyond the MR, other access bits: the runtime's door
+	 * refuses them before any fabric, tests/check_data.c.) */
 	ck_assert_int_eq(mw_bind(p, 52, mw, &rd, 16, 32, &rkey), 0);
 	expect_wc(fs, &SRV, 52, QSM_WC_SUCCESS, QSM_WR_BIND_MW);
 	ck_assert_uint_ne(rkey, rd.rkey);
@@ -1573,14 +1561,12 @@ START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_inv
 	ck_assert_uint_eq(wc->invalidated_rkey, rkey);
 	ck_assert_uint_eq(wc->byte_len, 8);
 	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_SEND_WITH_INV);
-	/* another window: our own LOCAL_INV of it (no SGEs: anything else is -EINVAL).  (Binding the
-	 * invalidated window again: rxe 6.1 reports MW_BIND_ERR, so the cases do not rely on it.) */
+	/* another window: our own LOCAL_INV of it (no SGEs: the runtime's door refuses any).  (Binding
+	 * the invalidated window again: rxe 6.1 reports MW_BIND_ERR, so the cases do not rely on it.) */
 	ck_assert_int_eq(fs->ops->alloc_mw(fs->ops->id_device(p), &mw2), 0);
 	ck_assert_int_eq(mw_bind(p, 53, mw2, &rd, 0, 16, &rkey2), 0);
 	expect_wc(fs, &SRV, 53, QSM_WC_SUCCESS, QSM_WR_BIND_MW);
 	ck_assert_uint_ne(rkey2, rkey);
-	ck_assert_int_eq(fs->ops->post_send(p, &(struct qsm_fabric_wr){ .wr_id = 54, .opcode = QSM_WR_LOCAL_INV,
-		.sg_list = &one, .num_sge = 1, .imm_data = rkey2 }, 1, NULL), -EINVAL);
 	ck_assert_int_eq(fs->ops->post_send(p, &(struct qsm_fabric_wr){ .wr_id = 54, .opcode = QSM_WR_LOCAL_INV,
 		.flags = QSM_POST_SIGNALED, .imm_data = rkey2 }, 1, NULL), 0);
 	expect_wc(fs, &SRV, 54, QSM_WC_SUCCESS, QSM_WR_LOCAL_INV);
@@ -1591,7 +1577,6 @@ START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_inv
 	fs->ops->dealloc_mw(mw2);
 	fc->ops->dereg_mr(rs.mr);
 	fs->ops->dereg_mr(rd.mr);
-	fs->ops->dereg_mr(rn.mr);
 	pair_down(l, a, p);
 	assert_clean();
 }
@@ -1684,7 +1669,7 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_send_queue_holds_max_send_wr_until_their_completions_are_taken);
 	tcase_add_test(tc, test_drain_frees_the_slots_of_unsignaled_sends_without_a_completion);
 	tcase_add_test(tc, test_full_receive_queue_is_enobufs_until_a_receive_completion_is_taken);
-	tcase_add_test(tc, test_list_posts_in_order_and_a_bad_or_too_long_list_posts_none);
+	tcase_add_test(tc, test_list_posts_in_order_and_a_too_long_list_posts_none);
 	tcase_add_test(tc, test_inline_data_is_copied_at_post_needs_no_lkey_and_is_bounded_by_max_inline_data);
 	tcase_add_test(tc, test_immediate_data_reaches_the_receive_of_a_send_and_of_a_write_with_imm);
 	tcase_add_test(tc, test_completions_come_in_batches_of_at_most_max_in_post_order_and_drained_comes_alone);

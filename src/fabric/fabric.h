@@ -64,13 +64,19 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   device's poll where it can (no copy of a whole event, no allocation, no lock).  An event
  *   that is not a completion (DRAINED, QP_FATAL, CM) ends a batch: it is returned alone, by
  *   a later call.  The caller may take fewer per call (max 1: one at a time).
- * - post_send() posts a list wr[0..n) with one doorbell.  What is wrong with any WR (opcode,
- *   flags, SGEs beyond QSM_FABRIC_MAX_SGE, INLINE beyond max_inline_data or on a READ) is
- *   -EINVAL and posts none; n more WRs than the send queue has free is -ENOBUFS and posts
- *   none.  A WR's SGEs beyond the QP's max_send_sge are the device's to check, as it reaches
- *   that WR (rxe's provider, and the sim's device alike): -EINVAL with the WRs before it
- *   posted.  Only the device refuses part way: *posted (may be NULL) says how many went, 0
- *   returned iff all n did.  (The runtime checks SGEs against the class's caps first.)
+ * - WRs are checked once, at the runtime's door (src/data/post.c): opcode, flags, SGEs (0 ..
+ *   QSM_FABRIC_MAX_SGE and the class's caps, an array), INLINE (none on a READ or LOCAL_INV,
+ *   at most the class's max_inline_data), a LOCAL_INV's rkey, a bind's window, MR, range and
+ *   access, n >= 0 and a list.  A fabric checks none of that again: it is handed only WRs the
+ *   door let through (tests/contract.c, calling a fabric directly, keeps to that).  It keeps
+ *   what a device checks itself, and what its own state needs (a QP, RTS, room).
+ * - post_send() posts a list wr[0..n) with one doorbell; n more WRs than the send queue has
+ *   free is -ENOBUFS and posts none.  What the device checks as it reaches each WR -- SGEs
+ *   beyond the QP's max_send_sge, inline data beyond its max_inline_data (rxe's provider,
+ *   validate_send_wr, and the sim's device alike) -- refuses that WR with -EINVAL, the WRs
+ *   before it posted.  Only the device refuses part way: *posted (may be NULL) says how many
+ *   went, 0 returned iff all n did.  (Through the runtime this is rare: its door checks the
+ *   class's caps first, so only a device that took less than asked refuses.)
  * - Work queue accounting, the same on both fabrics: a send WR holds a slot of max_send_wr
  *   (as asked for in create_qp; rdmacm keeps one more for the drain marker) from its post
  *   until its completion is taken by get_event() -- an unsignaled one until that of a later
@@ -102,7 +108,8 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   resources alive like an MR.  destroy_srq() needs every QP on it destroyed first; receives
  *   still posted are discarded without completions, as a destroyed QP's are.
  * - post_srq_recv() posts a receive; a receive holds a slot of max_wr from its post until its
- *   completion is taken (more: -ENOBUFS).  What is wrong with it (SGEs) is -EINVAL.
+ *   completion is taken (more: -ENOBUFS).  SGEs beyond the SRQ's max_sge: the device's
+ *   -EINVAL (the rest of the receive, the runtime's door).
  * - A QP created with attr->srq takes its receives from the SRQ (max_recv_wr and max_recv_sge
  *   are not used; post_recv() on it is -EINVAL).  A receive one of its QPs takes completes on
  *   that QP, as one of its own would (owner the QP id's owner), in the order that QP took them.
@@ -128,8 +135,9 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   of an MR of the same device registered with QSM_ACCESS_MW_BIND, for access
  *   (QSM_ACCESS_REMOTE_*), and gives it a new rkey (*rkey, valid once the bind completed: its
  *   completion has opcode QSM_WR_BIND_MW).  It holds a send slot like any send WR; a QP in ERR
- *   flushes it.  What is wrong with it (no MW_BIND on the MR, a range outside it, other access
- *   bits) is -EINVAL, nothing posted.
+ *   flushes it.  The window, the MR (with MW_BIND), the range and the access were checked at
+ *   the runtime's door; a bind the device still cannot make completes with MW_BIND_ERR and
+ *   errs the QP (as rxe reports one; the sim's device alike).
  * - SEND_WITH_INV (imm_data the peer's rkey) invalidates the window with that rkey at the
  *   responder, whose receive completes with QSM_WC_WITH_INV and invalidated_rkey; LOCAL_INV
  *   (imm_data our rkey, no SGEs) invalidates our own.  An invalidated window reaches nothing:

@@ -184,7 +184,6 @@ struct qsm_fid {
 	int qp_wrs;                      /* CQ entries it reserved there */
 	struct rc_wq wq[2];              /* WQ_SEND and WQ_RECV */
 	struct qsm_list late;            /* struct rc_late of both, in post order */
-	uint32_t inline_cap;             /* the ULP's max_inline_data (the provider may give more) */
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
 };

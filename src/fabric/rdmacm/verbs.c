@@ -398,7 +398,6 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	}
 	id->srq = a->srq;
 	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
-	id->inline_cap = a->max_inline_data;
 	id->cq = cq;
 	id->qp_wrs = wrs;
 	d->nqps++;
@@ -477,29 +476,6 @@ static int send_opcode(enum qsm_wr_opcode op)
 	}
 }
 
-static uint64_t sges_len(const struct qsm_fabric_sge *sg, int n)
-{
-	uint64_t len = 0;
-
-	for (int i = 0; i < n; i++)
-		len += sg[i].length;
-	return len;
-}
-
-/* What is wrong with the WR itself: the call fails, nothing of the list is posted. */
-static bool wr_ok(const struct qsm_fid *id, const struct qsm_fabric_wr *wr)
-{
-	if (send_opcode(wr->opcode) < 0 || !qsm_rc_sges_ok(wr->sg_list, wr->num_sge) ||
-	    (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE)))
-		return false;
-	if (wr->opcode == QSM_WR_LOCAL_INV)
-		return !wr->num_sge && !(wr->flags & QSM_POST_INLINE);   /* it carries no data */
-	if (wr->flags & QSM_POST_INLINE)
-		return wr->opcode != QSM_WR_RDMA_READ &&
-		       sges_len(wr->sg_list, wr->num_sge) <= id->inline_cap;
-	return true;
-}
-
 static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, uint32_t seq, bool last)
 {
 	struct ibv_send_wr *s = &id->fab->swr[i];
@@ -567,9 +543,12 @@ static int post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, 
 }
 
 /*
- * The list wr[0..n) with one doorbell.  Checked whole first (-EINVAL, -ENOBUFS, -ENOMEM post
- * none); then one ibv_post_send of the chain, whose bad_wr may leave a prefix posted.  The
- * ring's slots are written first and only the posted ones are taken (tail).
+ * The list wr[0..n) with one doorbell.  The WRs were checked at the runtime's door
+ * (src/data/post.c); here only the QP's state and room (-EINVAL before RTS, -ENOBUFS, -ENOMEM
+ * post none), then one ibv_post_send of the chain: what the device checks itself (rxe's
+ * provider: SGEs beyond the QP's max_sge, inline data beyond its max_inline) it refuses at its
+ * bad_wr, with the WRs before it posted.  The ring's slots are written first and only the
+ * posted ones are taken (tail).
  */
 int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted)
 {
@@ -579,11 +558,8 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 
 	if (posted)
 		*posted = 0;
-	if (!id || n < 0 || (n && !wr) || !qsm_rc_fid_has_qp(id))
+	if (!id || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
-	for (k = 0; k < n; k++)
-		if (!wr_ok(id, &wr[k]))
-			return -EINVAL;
 	/* Refused here, not by verbs: rxe's provider queues the WR in the shared send queue
 	 * before the kernel refuses the doorbell (-EINVAL before RTS), and the QP sends it once
 	 * it reaches RTS -- a failed post that takes effect later, and a completion nobody
@@ -630,8 +606,8 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	struct rc_wq *w;
 	int ret;
 
-	if (!id || !qsm_rc_fid_has_qp(id) || id->srq || !qsm_rc_sges_ok(sg_list, num_sge))
-		return -EINVAL;   /* a QP on an SRQ takes the SRQ's receives, none of its own */
+	if (!id || !qsm_rc_fid_has_qp(id) || id->srq)
+		return -EINVAL;   /* a QP on an SRQ has no receive queue: it takes the SRQ's */
 	if (id->qp_err)
 		return post_late(id, WQ_RECV, NULL, 1, wr_id);
 	w = &id->wq[WQ_RECV];
@@ -654,19 +630,10 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	return 0;
 }
 
-/* The access bits a bind may grant, and the MR a window may be bound to. */
-static bool bind_ok(const struct qsm_fid *id, const struct qsm_fmw *w, const struct qsm_fmr *m,
-		    uint64_t addr, uint64_t len, int access, unsigned int flags)
-{
-	return w && m && w->dev == id->dev && m->dev == id->dev && (m->access & QSM_ACCESS_MW_BIND) &&
-	       !(access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) &&
-	       !(flags & ~QSM_POST_SIGNALED) && len && addr >= (uintptr_t)m->mr->addr &&
-	       len <= m->mr->length && addr - (uintptr_t)m->mr->addr <= m->mr->length - len;
-}
-
 /* One BIND_MW on the send queue, accounted and completed as any send WR; the window's new
  * rkey (the old one's key byte moved on) is reported at once and reaches memory once the bind
- * completed. */
+ * completed.  The runtime's door checked the window, the MR, the range and the access; what
+ * the device finds wrong with the bind still comes back as its completion (MW_BIND_ERR). */
 int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struct qsm_fmr *mr,
 		   uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey)
 {
@@ -675,7 +642,7 @@ int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struc
 	struct rc_slot *s;
 	int ret;
 
-	if (!id || !rkey || !qsm_rc_fid_has_qp(id) || !bind_ok(id, mw, mr, addr, len, access, flags))
+	if (!id || !rkey || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
 	if (id->qp_err)
 		return post_late(id, WQ_SEND, &(struct qsm_fabric_wr){ .wr_id = wr_id,

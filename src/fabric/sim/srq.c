@@ -64,8 +64,8 @@ int sim_post_srq_recv(struct qsm_fsrq *fs, uint64_t wr_id, const struct qsm_fabr
 	struct sim_srq *s = to_srq(fs);
 	struct sim_recv *r;
 
-	if (!s || sim_sges_check(sg_list, num_sge, s->cap.max_sge) < 0)
-		return -EINVAL;
+	if (!s || sim_sges_over(num_sge, s->cap.max_sge))
+		return -EINVAL;   /* the device's own check: its max_sge */
 	if (s->held >= s->cap.max_wr)
 		return -ENOBUFS;
 	if (!(r = sim_recv_new(wr_id, sg_list, num_sge)))

@@ -544,36 +544,6 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	send_done(id, wr, write ? 0 : (uint32_t)len);
 }
 
-/* What is wrong with the WR itself, which fails the call (ibv_post_send's EINVAL). */
-static int wr_check(const struct sim_id *id, const struct qsm_fabric_wr *wr)
-{
-	switch (wr->opcode) {
-	case QSM_WR_SEND:
-	case QSM_WR_RDMA_WRITE:
-	case QSM_WR_SEND_WITH_IMM:
-	case QSM_WR_RDMA_WRITE_WITH_IMM:
-	case QSM_WR_SEND_WITH_INV:
-		break;
-	case QSM_WR_LOCAL_INV:
-		if (wr->num_sge || (wr->flags & QSM_POST_INLINE))
-			return -EINVAL;   /* it carries no data */
-		break;
-	case QSM_WR_RDMA_READ:
-		if (wr->flags & QSM_POST_INLINE)
-			return -EINVAL;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (wr->flags & ~(QSM_POST_SIGNALED | QSM_POST_INLINE))
-		return -EINVAL;
-	if (sim_sges_check(wr->sg_list, wr->num_sge, QSM_FABRIC_MAX_SGE) < 0)
-		return -EINVAL;
-	if ((wr->flags & QSM_POST_INLINE) && sges_len(wr->sg_list, wr->num_sge) > id->cap.max_inline_data)
-		return -EINVAL;
-	return 0;
-}
-
 /* One WR on the send queue of a QP that was RTS when the list was posted; it holds a slot. */
 static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
 {
@@ -618,24 +588,27 @@ static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
 		rdma_to(id, peer, wr);
 }
 
-/* The first WR with more SGEs than the QP takes (n if none): the device's own check, made as
- * it reaches each WR, as rxe's provider does (validate_send_wr) -- those before it are posted. */
+/* The first WR the device refuses (n if none), as rxe's provider checks each WR as it reaches
+ * it (validate_send_wr), those before it already posted: more SGEs than the QP takes, more
+ * inline data than its max_inline_data.  Nothing else of a WR is the device's to refuse at
+ * post: the runtime's door checked the rest (src/data/post.c). */
 static int device_refuses(const struct sim_id *id, const struct qsm_fabric_wr *wr, int n)
 {
 	int k = 0;
 
-	while (k < n && wr[k].num_sge <= (int)id->cap.max_send_sge)
+	while (k < n && wr[k].num_sge <= (int)sim_sge_cap(id->cap.max_send_sge) &&
+	       (!(wr[k].flags & QSM_POST_INLINE) ||
+		sges_len(wr[k].sg_list, wr[k].num_sge) <= id->cap.max_inline_data))
 		k++;
 	return k;
 }
 
 /*
- * A WR executes when it is posted.  As with ibv_post_send, what is wrong with the WR
- * itself fails the call; what the fabric finds wrong (keys, the peer) fails the WR.
- * The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them.  A list is
- * checked whole first (opcode, flags, inline size, room), so such a call posts none of it;
- * the one check left to the device, SGEs beyond the QP's max_send_sge, refuses the list part
- * way, as rdmacm's device does: the WRs before the refused one are posted (*posted).
+ * A WR executes when it is posted.  The runtime checked every WR at its door; as with
+ * ibv_post_send, the device refuses a WR it cannot take (device_refuses) part way: the WRs
+ * before the refused one are posted (*posted).  What the fabric finds wrong (keys, the peer)
+ * fails the WR.  The send queue of a QP not yet RTS refuses WRs; in ERR it flushes them; a
+ * list with more WRs than the send queue has room for posts none.
  */
 int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted)
 {
@@ -644,11 +617,8 @@ int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, in
 
 	if (posted)
 		*posted = 0;
-	if (!id || n < 0 || (n && !wr) || id->qp == SIM_QP_NONE)
+	if (!id || id->qp == SIM_QP_NONE)
 		return -EINVAL;
-	for (int i = 0; i < n; i++)
-		if (wr_check(id, &wr[i]) < 0)
-			return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
 		/* not given to the device (as rdmacm's late flushes): every WR flushes */
 		for (int i = 0; i < n; i++)
@@ -676,7 +646,8 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 
 	if (!id || id->qp == SIM_QP_NONE)
 		return -EINVAL;
-	if (id->cap.srq || sim_sges_check(sg_list, num_sge, id->cap.max_recv_sge) < 0)
+	/* the device's own checks: a QP on an SRQ has no receive queue; the QP's max_recv_sge */
+	if (id->cap.srq || sim_sges_over(num_sge, id->cap.max_recv_sge))
 		return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
 		flush(id, wr_id, QSM_WR_RECV, false);
@@ -691,7 +662,9 @@ int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_s
 	return 0;
 }
 
-/* One BIND_MW on the send queue: checked as ibv_post_send would (-EINVAL), executed at once. */
+/* One BIND_MW on the send queue, executed at once.  The runtime's door checked the window, the
+ * MR, the range and the access; the device checks them again as it binds, and a bind it cannot
+ * make completes in error (MW_BIND_ERR, signaled or not, as rxe reports it) and errs the QP. */
 int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct qsm_fmr *fmr,
 		uint64_t addr, uint64_t len, int access, unsigned int flags, uint32_t *rkey)
 {
@@ -700,9 +673,7 @@ int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct
 	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
 	struct qsm_fabric_wr wr = { .wr_id = wr_id, .opcode = QSM_WR_BIND_MW, .flags = flags };
 
-	if (!id || !w || !mr || !rkey || id->qp == SIM_QP_NONE || w->dev != id->dev || mr->dev != id->dev ||
-	    !(mr->access & QSM_ACCESS_MW_BIND) || (access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) ||
-	    (flags & ~QSM_POST_SIGNALED) || !len || !mr_covers(mr, addr, len))
+	if (!id || !rkey || id->qp == SIM_QP_NONE)
 		return -EINVAL;
 	if (id->qp == SIM_QP_ERR) {
 		flush(id, wr_id, QSM_WR_BIND_MW, false);
@@ -713,6 +684,11 @@ int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct
 	if (id->nsends >= id->cap.max_send_wr)
 		return -ENOBUFS;
 	id->nsends++;
+	if (w->dev != id->dev || mr->dev != id->dev || !(mr->access & QSM_ACCESS_MW_BIND) || !len ||
+	    (access & ~(QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ)) || !mr_covers(mr, addr, len)) {
+		send_failed(id, &wr, QSM_WC_MW_BIND_ERR);
+		return 0;
+	}
 	w->rkey = (w->rkey & ~0xffu) | ((w->rkey + 1) & 0xffu);   /* as ibv_inc_rkey */
 	w->bound = true;
 	w->addr = addr;
