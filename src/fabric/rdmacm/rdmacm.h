@@ -362,7 +362,6 @@ void qsm_rc_wq_flush_heads(struct qsm_fid *id);
 /* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
 enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
 struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc);
-int qsm_rc_sges_ok(const struct qsm_fabric_sge *sg, int n);
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
 /* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
 void qsm_rc_last_wqe(struct qsm_fid *id);

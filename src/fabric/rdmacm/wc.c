@@ -61,11 +61,6 @@ struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc)
 	return w;
 }
 
-int qsm_rc_sges_ok(const struct qsm_fabric_sge *sg, int n)
-{
-	return n >= 0 && n <= QSM_FABRIC_MAX_SGE && (!n || sg);
-}
-
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n)
 {
 	for (int i = 0; i < n; i++)
