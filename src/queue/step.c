@@ -387,7 +387,7 @@ static void step_passive(struct qsm_conn *q, struct qsm_event_info *info, const 
 }
 
 /* One event through the queue's machine, and the ABORT edge after it if a handler refused. */
-static void step_item(struct qsm_conn *q, const struct qsm_item *it)
+QSM_ALWAYS_INLINE void step_item(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_event_info info;
 
