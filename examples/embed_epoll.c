@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <qsm/qsm.h>
+#include <qsm/sim.h>
 
 /*
  * The host owns the loop and has work of its own (a 10 ms tick standing for its I/O); it

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <qsm/qsm.h>
+#include <qsm/sim.h>
 
 /* Per-queue state of the ULP: qsm allocates it (priv_size) next to the queue. */
 struct session {

@@ -12,6 +12,7 @@
 
 #include <qsm/qsm.h>
 #include <qsm/rdmacm.h>
+#include <qsm/sim.h>
 
 /*
  * One ping, as rping does it:

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <qsm/qsm.h>
+#include <qsm/sim.h>
 
 #include "check_main.h"
 #include "harness.h"
