@@ -139,12 +139,12 @@ static struct result run_qsm(uint64_t n, int instr)
 		abort();
 	}
 	cq->end = n;
-	qsm_ctx_counters(ctx, &c0);
+	qsm_ctx_counters(ctx, &c0, sizeof(c0));
 	t0 = measure_start(instr);
 	while (qsm_ctx_dispatch(ctx, 4096) > 0) {
 	}
 	ns = measure_stop(instr, t0);
-	qsm_ctx_counters(ctx, &c1);
+	qsm_ctx_counters(ctx, &c1, sizeof(c1));
 	qsm_ctx_free(ctx);
 	free(cq);
 	return (struct result){ .ns = (double)ns, .completions = c1.completions - c0.completions };

@@ -143,13 +143,13 @@ static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
 	while ((n = qsm_ctx_dispatch(ctx, 4096)) > 0) {
 	}
 	s.end = events;
-	qsm_ctx_counters(ctx, &c);
+	qsm_ctx_counters(ctx, &c, sizeof(c));
 	r.events = c.dispatched;
 	t0 = measure_start(instr);
 	while (qsm_ctx_dispatch(ctx, 4096) > 0) {
 	}
 	ns = measure_stop(instr, t0);
-	qsm_ctx_counters(ctx, &c);
+	qsm_ctx_counters(ctx, &c, sizeof(c));
 	if (c.unexpected)
 		fprintf(stderr, "bench: %llu unexpected events\n", (unsigned long long)c.unexpected);
 	r.events = c.dispatched - r.events;

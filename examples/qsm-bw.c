@@ -717,7 +717,7 @@ int main(int argc, char **argv)
 	{
 		struct qsm_counters cnt;
 
-		if (qsm_ctx_counters(g_ctx, &cnt) == 0) {
+		if (qsm_ctx_counters(g_ctx, &cnt, sizeof(cnt)) == 0) {
 			printf("qsm-bw: counters: completions %llu, unexpected %llu, aborts %llu, "
 			       "action_errors %llu\n", (unsigned long long)cnt.completions,
 			       (unsigned long long)cnt.unexpected, (unsigned long long)cnt.aborts,

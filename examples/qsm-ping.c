@@ -516,7 +516,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 2; i++) {
 		struct qsm_counters cnt;
 
-		if (!ctx[i] || qsm_ctx_counters(ctx[i], &cnt) < 0)
+		if (!ctx[i] || qsm_ctx_counters(ctx[i], &cnt, sizeof(cnt)) < 0)
 			continue;
 		printf("qsm-ping: %s counters: unexpected %llu, dispatched %llu, completions %llu, "
 		       "dropped %llu, aborts %llu, action_errors %llu\n",

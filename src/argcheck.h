@@ -31,4 +31,16 @@ static inline void qsm_check_report(const char *func, const char *file, int line
 		return (err); \
 } while (0)
 
+/* A caller-filled public struct's comp_mask (include/qsm/ctx.h, "Growing"): a bit beyond
+ * @known comes from a binary built against a newer library, whose fields this one cannot
+ * read: -EOPNOTSUPP.  This version knows no bits: every field of 1.0 is there always. */
+#define QSM_COMP_MASK_KNOWN 0u
+#define qsm_check_mask(mask, known) qsm_check(!((mask) & ~(uint32_t)(known)), -EOPNOTSUPP)
+
+/* The class and every class up its super chain (qsm_class.comp_mask). */
+#define qsm_check_class_mask(cls) do { \
+	for (const struct qsm_class *k_ = (cls); k_; k_ = k_->super) \
+		qsm_check_mask(k_->comp_mask, QSM_COMP_MASK_KNOWN); \
+} while (0)
+
 #endif

@@ -17,6 +17,9 @@ static const struct qsm_class *up(const struct qsm_class *k, const struct qsm_cl
 			(dst) = k->slot; \
 	} while (0)
 
+_Static_assert(QSM_CM_STATE_COUNT <= QSM_CLASS_STATE_ROOM &&
+	       QSM_ACCEPT_STATE_COUNT <= QSM_CLASS_STATE_ROOM, "qsm_class has no room for every state");
+
 static const struct qsm_fabric_qp_attr default_qp = {
 	.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
 };

@@ -144,13 +144,15 @@ release_request:
 	}
 }
 
-int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, struct qsm_listener **ret)
+int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, struct qsm_listener **ret)
 {
 	struct qsm_listener *l;
 	int r;
 
 	qsm_check(ctx && o && ret, -EINVAL);
 	qsm_check(o->addr && o->cls, -EINVAL);
+	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
+	qsm_check_class_mask(o->cls);
 	qsm_check(o->backlog >= 0, -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
 		return r;

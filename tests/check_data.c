@@ -331,7 +331,7 @@ START_TEST(test_bad_arguments_are_einval_before_the_state_is_looked_at)
 	ck_assert_int_eq(qsm_conn_post_read(q, 1, s, 1, 0, 0, 0x80), -EINVAL);
 	ck_assert_int_eq(qsm_conn_post_recv(q, 1, s, QSM_MAX_SGE + 1), -EINVAL);
 	/* the server's ctx has no device in its registry: nothing would refuse these later */
-	ck_assert_int_eq(qsm_ctx_counters(sctx, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &k, sizeof(k)), 0);
 	ck_assert_uint_eq(k.devices_live, 0);
 	ck_assert_int_eq(qsm_ctx_reg_pool(sctx, pool_mem, sizeof(pool_mem), QSM_ACCESS_REMOTE_WRITE,
 					  &pool), -EINVAL);
@@ -617,7 +617,7 @@ static struct qsm_counters count(struct qsm_ctx *c)
 {
 	struct qsm_counters k;
 
-	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(c, &k, sizeof(k)), 0);
 	return k;
 }
 

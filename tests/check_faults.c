@@ -402,7 +402,7 @@ static uint64_t counter(struct qsm_ctx *c, size_t off)
 {
 	struct qsm_counters k;
 
-	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(c, &k, sizeof(k)), 0);
 	return *(uint64_t *)((char *)&k + off);
 }
 #define COUNT(c, f) counter(c, offsetof(struct qsm_counters, f))
@@ -414,7 +414,7 @@ static void check_accounting(struct qsm_ctx *c, const struct tally *y, const cha
 	struct qsm_counters k;
 	uint64_t sum = 0;
 
-	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(c, &k, sizeof(k)), 0);
 	ck_assert_msg(k.popped + k.aborts + k.device_closes == k.dispatched + k.dropped + k.completions,
 		      "%s: popped %llu + aborts %llu + device closes %llu != dispatched %llu + dropped %llu + completions %llu",
 		      who, (unsigned long long)k.popped, (unsigned long long)k.aborts, (unsigned long long)k.device_closes,

@@ -326,7 +326,7 @@ static void teardown(void)
 	struct qsm_sim_stats st;
 	struct qsm_counters c;
 
-	ck_assert_int_eq(qsm_ctx_counters(tctx, &c), 0);
+	ck_assert_int_eq(qsm_ctx_counters(tctx, &c, sizeof(c)), 0);
 	ck_assert_uint_eq(c.unexpected, 0);
 	qsm_ctx_free(hctx);
 	nvmet_queues_take_all();

@@ -188,7 +188,7 @@ static uint64_t counter(struct qsm_ctx *c, size_t off)
 {
 	struct qsm_counters k;
 
-	qsm_ctx_counters(c, &k);
+	qsm_ctx_counters(c, &k, sizeof(k));
 	return *(uint64_t *)((char *)&k + off);
 }
 #define COUNT(c, f) counter(c, offsetof(struct qsm_counters, f))
@@ -327,7 +327,7 @@ START_TEST(test_timers_on_the_real_clock_fire_when_due_and_not_before)
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_FAILED);
 	ck_assert_uint_ge(waited, 300);
 	ck_assert_uint_lt(waited, 5000);
-	ck_assert_int_eq(qsm_ctx_counters(rctx, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(rctx, &k, sizeof(k)), 0);
 	ck_assert_uint_eq(k.reconnects, 2);
 	qsm_ctx_free(rctx);   /* and its fabric */
 }
@@ -522,6 +522,69 @@ START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
 	ck_assert_int_eq(qsm_conn_destroy(q), -ESTALE);
 	ck_assert_int_eq(qsm_conn_destroy(NULL), -EINVAL);
 	pump(0);
+}
+END_TEST
+
+/* A comp_mask bit this library does not know comes from a binary built against a newer one:
+ * refused with -EOPNOTSUPP, on every caller-filled struct and every class up the chain, and
+ * nothing is made. */
+START_TEST(test_unknown_comp_mask_bits_are_refused_and_make_nothing)
+{
+	static const struct qsm_class newer = { .comp_mask = 1u << 31, .name = "newer" };
+	static const struct qsm_class sub = { .name = "sub", .super = &newer };
+	struct qsm_ctx_opts co = { .comp_mask = 1, .fabric = NULL };
+	struct qsm_conn_opts o = { .comp_mask = 1, .cls = &client_class, .dst = (struct sockaddr *)&addr };
+	struct qsm_listener_opts lo = { .comp_mask = 1, .addr = (struct sockaddr *)&addr, .cls = &server_class };
+	struct qsm_fabric *f;
+	struct qsm_ctx *c = NULL;
+	struct qsm_conn *q = NULL;
+	struct qsm_listener *l = NULL;
+
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	co.fabric = f;
+	ck_assert_int_eq(qsm_ctx_new(&co, &c), -EOPNOTSUPP);
+	ck_assert_ptr_null(c);
+	co.comp_mask = 0;
+	ck_assert_int_eq(qsm_ctx_new(&co, &c), 0);                 /* the fabric is still the caller's */
+	qsm_ctx_free(c);
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), -EOPNOTSUPP);
+	o.comp_mask = 0;
+	o.cls = &sub;                                              /* a super class's bit counts too */
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), -EOPNOTSUPP);
+	ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), -EOPNOTSUPP);
+	lo.comp_mask = 0;
+	lo.cls = &newer;
+	ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), -EOPNOTSUPP);
+	ck_assert_ptr_null(q);
+	ck_assert_ptr_null(l);
+	ck_assert_uint_eq(COUNT(cctx, queues_live), 0);
+	pump(0);
+}
+END_TEST
+
+/* qsm_ctx_counters() fills what the caller's struct holds: an older, smaller one (never below
+ * 1.0's) gets its prefix, a newer, larger one zeroes beyond what this library counts. */
+START_TEST(test_counters_fill_the_callers_size_and_zero_what_the_library_lacks)
+{
+	struct qsm_listener *l = listen_server();
+	struct {
+		struct qsm_counters k;
+		uint64_t later[4];
+	} big;
+	struct qsm_counters k;
+
+	(void)l;
+	pump(4);
+	memset(&big, 0xa5, sizeof(big));
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &k, sizeof(k)), 0);
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &big.k, sizeof(big)), 0);
+	ck_assert_mem_eq(&big.k, &k, sizeof(k));
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(big.later[i], 0);
+	ck_assert_uint_eq(k.events[QSM_EV_LISTEN], 1);
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &k, sizeof(k) - 8), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_counters(sctx, &k, sizeof(&k)), -EINVAL); /* sizeof a pointer */
+	ck_assert_int_eq(qsm_ctx_counters(sctx, NULL, sizeof(k)), -EINVAL);
 }
 END_TEST
 
@@ -784,13 +847,13 @@ START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
 		q[i] = new_client(NULL);
 		ck_assert_int_eq(qsm_conn_connect(q[i]), 0);
 	}
-	ck_assert_int_eq(qsm_ctx_counters(cctx, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k, sizeof(k)), 0);
 	peak = k.fifo_bytes;
 	ck_assert_uint_gt(peak, 0);
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(qsm_conn_destroy(q[i]), 0);
 	pump(0);
-	ck_assert_int_eq(qsm_ctx_counters(cctx, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k, sizeof(k)), 0);
 	ck_assert_uint_eq(k.queues_live, 0);
 	/* 5000 queued: 8192 slots; served and quiet: back to the smallest ring, 64 slots */
 	ck_assert_uint_eq(k.fifo_bytes * 128, peak);
@@ -890,6 +953,8 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_disconnect_closes_both_sides_and_frees_everything);
 	tcase_add_test(t, test_bad_private_data_is_rejected_with_a_reason);
 	tcase_add_test(t, test_reconnect_policy_gives_up_after_max_attempts);
+	tcase_add_test(t, test_unknown_comp_mask_bits_are_refused_and_make_nothing);
+	tcase_add_test(t, test_counters_fill_the_callers_size_and_zero_what_the_library_lacks);
 	tcase_add_test(t, test_timers_on_the_real_clock_fire_when_due_and_not_before);
 	tcase_add_test(t, test_a_pass_on_the_real_clock_with_no_timer_near_reads_only_the_coarse_clock);
 	tcase_add_test(t, test_device_removal_with_live_queues_releases_device_and_reconnects);

@@ -179,7 +179,7 @@ static struct qsm_counters count(struct qsm_ctx *c)
 {
 	struct qsm_counters k;
 
-	ck_assert_int_eq(qsm_ctx_counters(c, &k), 0);
+	ck_assert_int_eq(qsm_ctx_counters(c, &k, sizeof(k)), 0);
 	return k;
 }
 

@@ -72,7 +72,7 @@ static void print_counters(struct qsm_ctx *ctx)
 {
 	struct qsm_counters c;
 
-	if (qsm_ctx_counters(ctx, &c) == 0)
+	if (qsm_ctx_counters(ctx, &c, sizeof(c)) == 0)
 		LOG("qsm counters: unexpected %" PRIu64 ", dispatched %" PRIu64 ", transitions %" PRIu64
 		    ", completions %" PRIu64 ", dropped %" PRIu64 ", orphans %" PRIu64 ", aborts %" PRIu64
 		    ", action_errors %" PRIu64 ", device_removals %" PRIu64 ", queues_live %" PRIu64
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
 	}
 	LOG("stopping (largest dispatch batch %u, budget %d)", max_batch, BUDGET);
 	print_counters(ctx);
-	rc = qsm_ctx_counters(ctx, &cnt) == 0 && cnt.unexpected == 0 ? 0 : 1;
+	rc = qsm_ctx_counters(ctx, &cnt, sizeof(cnt)) == 0 && cnt.unexpected == 0 ? 0 : 1;
 	if (rc)
 		LOG("FAIL: unexpected events");
 out:

@@ -33,6 +33,26 @@ struct qsm_fabric;
  *   the base class), or the `unexpected` handler when the machine has no edge for it.
  */
 
+/*
+ * Growing without breaking (the ABI, as verbs' _ex structs keep it; see NEWS):
+ * - Every struct you fill for the library (qsm_ctx_opts, qsm_conn_opts, qsm_listener_opts,
+ *   qsm_class) starts with `comp_mask`.  Leave it 0 for the fields of this version (an
+ *   initialiser that names its fields does).  A field added later goes at the end of its
+ *   struct, or into the `reserved` room of the structs they hold (qsm_reconnect_policy,
+ *   qsm_timeouts, qsm_qp_caps, qsm_srq_caps), with a bit of its own in that comp_mask: the
+ *   library reads a later field only when the bit says the caller has it, so a binary built
+ *   against this version runs unchanged on a later library.  A bit the library does not know
+ *   (a binary built against a newer one) is refused with -EOPNOTSUPP, never read blind.
+ *   Zero `reserved` (initialisers do); this version reads none of it.
+ * - What the library fills in for you takes your size (qsm_ctx_counters()) or keeps room of
+ *   its own (qsm_state_info, qsm_verbs): fields are only ever appended, or take that room.
+ * - What the library hands to your callbacks (qsm_event_info, qsm_wc, qsm_trace_record) is
+ *   the library's memory: later fields are appended, so read only what your header declares.
+ * - Enum values never change meaning; new states, events and actions take new numbers.
+ *   qsm_class keeps room for QSM_CLASS_STATE_ROOM states per machine.
+ * - A change that breaks a built binary anyway moves the soname (libqsm.so.N).
+ */
+
 /* What a handler is told about the event that ran it. */
 struct qsm_event_info {
 	int event;                  /* QSM_EV_* */
@@ -60,13 +80,20 @@ struct qsm_state_handlers {
 /* max_sge 0 means 1; limit 0: srq_low only when the SRQ is made. */
 struct qsm_srq_caps {
 	uint32_t max_wr, max_sge, limit;
+	uint32_t reserved[1];       /* zero: room for a later field (see "Growing" above) */
 };
 
 struct qsm_srq;
 
 struct qsm_qp_caps {
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+	uint32_t reserved[3];       /* zero: room for a later field (see "Growing" above) */
 };
+
+/* Room for the states of the active and passive machines in a class: a new state takes a new
+ * number within it, so a class built before keeps its layout.  At least QSM_CM_STATE_COUNT
+ * and QSM_ACCEPT_STATE_COUNT (the library's build checks). */
+#define QSM_CLASS_STATE_ROOM 16
 
 /*
  * A class: the ULP's "subclass" of the library's base class.  Static and const; the
@@ -78,11 +105,12 @@ struct qsm_qp_caps {
  *   - device_removed: nothing (the library releases everything on the device)
  */
 struct qsm_class {
+	uint32_t comp_mask;                                /* 0 (see "Growing" above) */
 	const char *name;
 	const struct qsm_class *super;
 	size_t priv_size;                                  /* bytes of qsm_conn_priv(); 0 ok */
-	struct qsm_state_handlers active[QSM_CM_STATE_COUNT];
-	struct qsm_state_handlers passive[QSM_ACCEPT_STATE_COUNT];
+	struct qsm_state_handlers active[QSM_CLASS_STATE_ROOM];   /* by enum qsm_cm_state */
+	struct qsm_state_handlers passive[QSM_CLASS_STATE_ROOM];  /* by enum qsm_accept_state */
 	qsm_handler_fn unexpected;
 	qsm_handler_fn device_removed;                     /* drop your MRs on the device here */
 	/* The QP exists (INIT) and the connect / accept is not sent yet: post receives and
@@ -117,6 +145,7 @@ struct qsm_reconnect_policy {
 	                               a resource (-ENOMEM, -ENOSPC, -ENOBUFS, -EMFILE, -ENFILE:
 	                               CQ, QP, MR, memory); 0 = 8; UINT32_MAX = never.  GIVE_UP
 	                               carries the last failure's errno in its status. */
+	uint32_t reserved[5];       /* zero: room for a later field (see "Growing" above) */
 };
 
 /* Per-step timeouts; 0 = default.  Each is at most QSM_TIMEOUT_MAX_MS: qsm_conn_new() and
@@ -130,10 +159,16 @@ struct qsm_timeouts {
 	uint32_t disconnect_ms;     /* DISCONNECTING (default 2000) */
 	uint32_t drain_ms;          /* DRAINING / CLOSING (default 2000) */
 	uint32_t request_ms;        /* passive REQUESTED undecided (default 5000) */
+	uint32_t reserved[2];       /* zero: room for a later field (see "Growing" above) */
 };
 
+/* Room for the events in qsm_counters: a new event takes a new number within it, so the
+ * counters after it keep their offsets.  At least QSM_EV_LIMIT (the library's build checks). */
+#define QSM_COUNTERS_EVENT_ROOM 128
+
+/* Filled by qsm_ctx_counters() up to the size you pass; later counters are appended. */
 struct qsm_counters {
-	uint64_t events[QSM_EV_LIMIT];   /* dispatched, by event */
+	uint64_t events[QSM_COUNTERS_EVENT_ROOM];   /* dispatched, by event (QSM_EV_*) */
 	uint64_t fabric_events;          /* taken from the fabric (each acked at once) */
 	uint64_t popped;                 /* taken from the ctx's FIFO (or a completion handed
 	                                    straight from the fabric): dispatched + dropped */
@@ -176,6 +211,7 @@ struct qsm_trace_record {
 typedef void (*qsm_trace_fn)(const struct qsm_trace_record *r, void *arg);
 
 struct qsm_ctx_opts {
+	uint32_t comp_mask;              /* 0 (see "Growing" above) */
 	struct qsm_fabric *fabric;       /* required; the ctx owns it from now on */
 	uint64_t seed;                   /* PRNG for jitter; 0 = fixed default */
 	/* Clock for timers (CLOCK_MONOTONIC if NULL); tests use a virtual one. */
@@ -197,11 +233,14 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx);
  * dispatches at least once, so 0 is a non-blocking pass); -1 waits forever. */
 int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms);
 void qsm_ctx_stop(struct qsm_ctx *ctx);
-int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out);
+/* Fills @out up to @size bytes (sizeof(*out): the counters your header declares), zeroes
+ * what this library has no counter for.  -EINVAL for a size below this version's struct. */
+int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out, size_t size);
 /* Trace every transition to @fn (NULL: off).  QSM_TRACE=1 in the environment prints to stderr. */
 int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg);
 
 struct qsm_conn_opts {
+	uint32_t comp_mask;              /* 0 (see "Growing" above) */
 	const struct qsm_class *cls;     /* required */
 	const struct sockaddr *dst;      /* required */
 	const struct sockaddr *src;      /* optional */
@@ -234,6 +273,7 @@ int qsm_conn_qp_state(struct qsm_conn *q);          /* enum qsm_qp_state; -ENOEN
 int qsm_conn_attempts(struct qsm_conn *q);          /* failed attempts since last ESTABLISHED */
 
 struct qsm_listener_opts {
+	uint32_t comp_mask;              /* 0 (see "Growing" above) */
 	const struct sockaddr *addr;     /* required; a device address or the wildcard */
 	const struct qsm_class *cls;     /* class of the passive queues; required */
 	int backlog;                     /* 0 = 128 */
@@ -248,6 +288,25 @@ int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *opts,
 int qsm_listener_destroy(struct qsm_listener *l);
 int qsm_listener_state(struct qsm_listener *l);    /* enum qsm_listener_state */
 void *qsm_listener_user(struct qsm_listener *l);
+
+/*
+ * The constructors' arguments type-checked: C only warns when a pointer to one struct goes
+ * where a pointer to another is expected, so a call with opts and ret swapped (as 0.1.0
+ * swapped them) compiled and crashed.  With GCC and Clang these calls make that an error;
+ * C++ refuses by itself.  Arguments pass through as they are (compound literals too); a
+ * call through (qsm_ctx_new)(...) or a function pointer reaches the same function unchecked.
+ */
+#if defined(__GNUC__) && !defined(__cplusplus)
+#define QSM_STRICT_CALL_(call) (__extension__ ({ \
+	_Pragma("GCC diagnostic push") \
+	_Pragma("GCC diagnostic error \"-Wincompatible-pointer-types\"") \
+	int qsm_strict_r_ = (call); \
+	_Pragma("GCC diagnostic pop") \
+	qsm_strict_r_; }))
+#define qsm_ctx_new(...) QSM_STRICT_CALL_(qsm_ctx_new(__VA_ARGS__))
+#define qsm_conn_new(...) QSM_STRICT_CALL_(qsm_conn_new(__VA_ARGS__))
+#define qsm_listener_new(...) QSM_STRICT_CALL_(qsm_listener_new(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

@@ -100,6 +100,10 @@ struct qsm_wr {
 	unsigned int flags;          /* QSM_POST_* */
 	uint32_t imm_data;           /* *_WITH_IMM: carried as is; SEND_WITH_INV, LOCAL_INV: the
 	                                rkey invalidated (verbs' union of the two) */
+	/* Zero.  A list is an array, so a qsm_wr cannot grow: a later field takes this room and
+	 * a QSM_POST_* flag of its own says it is set (a library that does not know the flag
+	 * refuses the WR with -EINVAL, as any unknown flag). */
+	uint32_t reserved[5];
 };
 
 /*

@@ -117,7 +117,9 @@ enum qsm_device_action {
 };
 #define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 1)
 
-/* At most this many actions on one edge (the build refuses a .rl edge with more). */
+/* At most this many actions on one edge (the build refuses a .rl edge with more).  Part of
+ * the ABI through struct qsm_edge, which qsm_machine_next() fills: it changes only with
+ * the soname (tests/abi.test fails on it). */
 #define QSM_EDGE_MAX_ACTIONS 6
 
 struct qsm_edge {
@@ -141,6 +143,7 @@ struct qsm_state_info {
 	                               refused (elsewhere they may be posted while the QP exists) */
 	int rejects_on_teardown;    /* 1: a ctx torn down here rejects the pending request */
 	int retiring;               /* 1: on its way out, takes no new user (a removed device) */
+	int reserved[4];            /* 0: room for later facts (the library fills it whole) */
 };
 
 /* Fills @info for @state of @m: 0, or -EINVAL for an unknown machine or state, or NULL @info. */

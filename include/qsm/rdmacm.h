@@ -35,6 +35,7 @@ struct qsm_verbs {
 	struct rdma_cm_id *cm_id;   /* NULL in the states without one (IDLE, RECONNECT_WAIT, ...) */
 	struct ibv_qp *qp;          /* NULL without a QP */
 	struct ibv_pd *pd;          /* the device's PD, shared by every queue on the device */
+	void *reserved[2];          /* NULL: room for later objects (the library fills it whole) */
 };
 
 /*

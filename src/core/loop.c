@@ -22,13 +22,15 @@ static int epoll_add(int epfd, int fd)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-int qsm_ctx_new(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
+/* In parentheses: <qsm/ctx.h> makes the name a type-checking macro. */
+int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 {
 	struct qsm_ctx *ctx;
 	const char *env;
 	int r;
 
 	qsm_check(ret && opts && opts->fabric && opts->fabric->ops, -EINVAL);
+	qsm_check_mask(opts->comp_mask, QSM_COMP_MASK_KNOWN);
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;

@@ -2,15 +2,25 @@
  * to the ULP's trace function and/or stderr (QSM_TRACE=1). */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "argcheck.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
-int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out)
+_Static_assert(QSM_EV_LIMIT <= QSM_COUNTERS_EVENT_ROOM, "qsm_counters.events has no room for every event");
+
+/* The struct of libqsm.so.1's first version: no caller's is smaller.  When counters are
+ * appended, this stays offsetof() the first of them. */
+#define COUNTERS_SIZE_1_0 sizeof(struct qsm_counters)
+
+int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out, size_t size)
 {
-	qsm_check(ctx && out, -EINVAL);
-	*out = ctx->counters;
+	size_t n = size < sizeof(ctx->counters) ? size : sizeof(ctx->counters);
+
+	qsm_check(ctx && out && size >= COUNTERS_SIZE_1_0, -EINVAL);
+	memcpy(out, &ctx->counters, n);
+	memset((char *)out + n, 0, size - n);   /* a newer caller's counters this library lacks */
 	return 0;
 }
 

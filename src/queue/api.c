@@ -67,13 +67,15 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	return q;
 }
 
-int qsm_conn_new(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_conn **ret)
+int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qsm_conn **ret)
 {
 	struct qsm_conn *q;
 	union qsm_addr dst, src;
 	int r;
 
 	qsm_check(ctx && o && ret && o->cls && o->dst, -EINVAL);
+	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
+	qsm_check_class_mask(o->cls);
 	qsm_check(o->private_data_len <= QSM_PDATA_REQ_MAX && (!o->private_data_len || o->private_data),
 		  -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)

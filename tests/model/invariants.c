@@ -14,7 +14,7 @@ void check_accounting(void)
 		struct qsm_counters k;
 		uint64_t sum = 0;
 
-		CHECK(qsm_ctx_counters(ctx[c], &k) == 0, "counters");
+		CHECK(qsm_ctx_counters(ctx[c], &k, sizeof(k)) == 0, "counters");
 		CHECK(k.popped + k.aborts + k.device_closes == k.dispatched + k.dropped + k.completions,
 		      "ctx%d: popped %llu + aborts %llu + device closes %llu != dispatched %llu + dropped %llu + completions %llu",
 		      c, (unsigned long long)k.popped, (unsigned long long)k.aborts, (unsigned long long)k.device_closes,
@@ -132,15 +132,15 @@ void world_end(void)
 			step_destroy_listener();
 		harness_run_for(&world, 60000);
 		check_all();
-		qsm_ctx_counters(ctx[0], &k0);
-		qsm_ctx_counters(ctx[1], &k1);
+		qsm_ctx_counters(ctx[0], &k0, sizeof(k0));
+		qsm_ctx_counters(ctx[1], &k1, sizeof(k1));
 		if (!nlive && !k0.queues_live && !k1.queues_live)
 			break;
 	}
 	for (int c = 0; c < NCTX; c++) {
 		struct qsm_counters k;
 
-		qsm_ctx_counters(ctx[c], &k);
+		qsm_ctx_counters(ctx[c], &k, sizeof(k));
 		CHECK(k.queues_live == 0, "ctx%d: %llu queues live at the end", c, (unsigned long long)k.queues_live);
 		CHECK(k.devices_live == 0, "ctx%d: %llu devices live at the end", c,
 		      (unsigned long long)k.devices_live);

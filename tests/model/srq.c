@@ -71,7 +71,7 @@ unsigned srq_pool_mrs(void)
 	for (int c = 0; c < NCTX; c++) {
 		struct qsm_counters k;
 
-		CHECK(qsm_ctx_counters(ctx[c], &k) == 0, "counters");
+		CHECK(qsm_ctx_counters(ctx[c], &k, sizeof(k)) == 0, "counters");
 		n += (unsigned)k.devices_live;
 	}
 	return n;
@@ -182,7 +182,7 @@ void h_srq_low(struct qsm_srq *s)
 
 	CHECK(d >= 0, "srq_low on device %s", qsm_srq_device_name(s));
 	m = &msrq[c][d];
-	CHECK(qsm_ctx_counters(ctx[c], &k) == 0, "counters");
+	CHECK(qsm_ctx_counters(ctx[c], &k, sizeof(k)) == 0, "counters");
 	if (!m->s) {
 		if (k.srqs_live != srqs_of(c) + 1)
 			violate("srq_low of a new SRQ on %s: ctx%d counts %llu SRQs, the model %u before it",
@@ -442,7 +442,7 @@ void srq_check_accounting(void)
 	for (int c = 0; c < NCTX; c++) {
 		struct qsm_counters k;
 
-		CHECK(qsm_ctx_counters(ctx[c], &k) == 0, "counters");
+		CHECK(qsm_ctx_counters(ctx[c], &k, sizeof(k)) == 0, "counters");
 		CHECK(k.srqs_live == srqs_of(c), "ctx%d counts %llu SRQs, the model %u", c,
 		      (unsigned long long)k.srqs_live, srqs_of(c));
 		all_live += k.srqs_live;

@@ -501,8 +501,8 @@ int main(int argc, char **argv)
 		vm_check(disc == n_abort, "server saw DISCONNECTED from %u/%u aborted peers", disc, n_abort);
 		vm_check(sclosed == n_abort, "server closed %u/%u passive queues of aborted peers", sclosed, n_abort);
 	}
-	qsm_ctx_counters(client, &cc);
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(client, &cc, sizeof(cc));
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	vm_check(cc.aborts == n_abort, "client counters: aborts %llu (expected %u: %u from LIVE.enter, 1 from "
 	         "completion)", (unsigned long long)cc.aborts, n_abort, n_abort - 1);
 	vm_check(cc.popped + cc.aborts == cc.dispatched + cc.dropped + cc.completions,
@@ -569,8 +569,8 @@ int main(int argc, char **argv)
 		vm_pump(server, client);
 	}
 	vm_pump_for(server, client, 200);
-	qsm_ctx_counters(client, &cc);
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(client, &cc, sizeof(cc));
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	{
 		unsigned after = 0;
 

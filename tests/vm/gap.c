@@ -230,7 +230,7 @@ int main(int argc, char **argv)
 	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
 		vm_pump(server, client);
 	t_connect = vm_now() - t0;
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	vm_check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
 	vm_check(count_passive() == n, "server holds %u live passive queues (expected %u)", count_passive(), n);
 	{
@@ -269,7 +269,7 @@ int main(int argc, char **argv)
 			if (u[i].gap_entered > last)
 				last = u[i].gap_entered;
 		}
-		qsm_ctx_counters(server, &sc);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
 		if (gap == n && capped == n && noqp == n && sc.queues_live == 0 && sc.devices_live == 0 &&
 		    vm_now() - last < 0.25) {
 			t_down = vm_now() - t0;
@@ -286,8 +286,8 @@ int main(int argc, char **argv)
 	vm_check(t_down >= 0, "server down after %.3f s; all %u client queues in RECONNECT_WAIT, no QP, "
 	         "retries at the %u ms cap; the last one entered the gap %.0f ms ago", t_down, n,
 	         RETRY_MAX_MS, quiet * 1000);
-	qsm_ctx_counters(client, &cc_down);
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(client, &cc_down, sizeof(cc_down));
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	vm_check(sc.queues_live == 0 && sc.devices_live == 0, "server holds no queue (%llu) and no device (%llu)",
 	         (unsigned long long)sc.queues_live, (unsigned long long)sc.devices_live);
 	vm_check(cc_down.devices_live == 1, "client device registry holds the device of the gap (%llu)",
@@ -344,8 +344,8 @@ int main(int argc, char **argv)
 				printf("   queue %u: %u removals, last %s -> %s\n", i, u[i].removals,
 				       vm_cm_state_name(u[i].removal_from), vm_cm_state_name(u[i].removal_to));
 	}
-	qsm_ctx_counters(server, &sc);
-	qsm_ctx_counters(client, &cc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
+	qsm_ctx_counters(client, &cc, sizeof(cc));
 	vm_check(cc.device_removals - cc_down.device_removals == n, "client counters: %llu DEVICE_REMOVAL edges",
 	         (unsigned long long)(cc.device_removals - cc_down.device_removals));
 	vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
@@ -405,8 +405,8 @@ int main(int argc, char **argv)
 		         "%u/%u MRs registered again on the new device (%u with 2 registrations and 2 LIVEs; errors %u)",
 		         valid, n, twice, sum_errors(u, n));
 	}
-	qsm_ctx_counters(client, &cc);
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(client, &cc, sizeof(cc));
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	vm_check(cc.devices_live == 1 && sc.devices_live == 1 && sc.queues_live == n,
 	         "registries hold the new device (client %llu, server %llu); server queues %llu",
 	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live,
@@ -428,7 +428,7 @@ int main(int argc, char **argv)
 				q[i] = NULL;
 			closed += u[i].released;
 		}
-		qsm_ctx_counters(server, &sc);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
 		if (closed == n && sc.queues_live == 0) {
 			t_close = vm_now() - t0;
 			break;
@@ -437,15 +437,15 @@ int main(int argc, char **argv)
 			break;
 		vm_pump(server, client);
 	}
-	qsm_ctx_counters(client, &cc);
+	qsm_ctx_counters(client, &cc, sizeof(cc));
 	vm_check(t_close >= 0 && cc.queues_live == 0 && cc.devices_live == 0 && sc.devices_live == 0,
 	         "all closed after %.3f s (client queues %llu, server queues %llu, devices %llu/%llu)", t_close,
 	         (unsigned long long)cc.queues_live, (unsigned long long)sc.queues_live,
 	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
 
 out:
-	qsm_ctx_counters(server, &sc);
-	qsm_ctx_counters(client, &cc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
+	qsm_ctx_counters(client, &cc, sizeof(cc));
 	printf("== counters: client reconnects %llu, device_removals %llu, unexpected %llu, action_errors %llu, "
 	       "dropped %llu, DEVICE_ADDED events %llu, devices_live %llu, queues_live %llu; server device_removals %llu, unexpected %llu, "
 	       "devices_live %llu, queues_live %llu\n",

@@ -399,7 +399,7 @@ int main(int argc, char **argv)
 	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
 		vm_pump(server, client);
 	t_connect = vm_now() - t0;
-	qsm_ctx_counters(server, &sc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
 	vm_check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
 	vm_check(sc.queues_live == n, "server holds %llu passive queues (expected %u)",
 	         (unsigned long long)sc.queues_live, n);
@@ -436,8 +436,8 @@ int main(int argc, char **argv)
 	vm_check(removed == n, "%u/%u client queues took DEVICE_REMOVAL", removed, n);
 	vm_check(t_gap >= 0, "%u/%u client queues in RECONNECT_WAIT (%u seen at the end)", t_gap >= 0 ? n : 0,
 	         n, vm_count_state(q, n, QSM_CM_RECONNECT_WAIT));
-	qsm_ctx_counters(server, &sc);
-	qsm_ctx_counters(client, &cc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
+	qsm_ctx_counters(client, &cc, sizeof(cc));
 	vm_check(sc.queues_live == 0, "server passive queues closed (%llu left)", (unsigned long long)sc.queues_live);
 	vm_check(cc.devices_live == 0 && sc.devices_live == 0, "device registries empty (client %llu, server %llu)",
 	         (unsigned long long)cc.devices_live, (unsigned long long)sc.devices_live);
@@ -498,7 +498,7 @@ int main(int argc, char **argv)
 	/* On an SRQ, the server's queues are drained once LAST_WQE came too; a device that never
 	 * says it (soft-RoCE may not) leaves them to the drain timeout: wait for them. */
 	while (srq && (vm_now() - t0) * 1000 < CLOSE_LIMIT_MS) {
-		qsm_ctx_counters(server, &sc);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
 		if (!sc.queues_live)
 			break;
 		vm_pump(server, client);
@@ -536,8 +536,8 @@ int main(int argc, char **argv)
 				       "errors %u late_post %d exchanged %u\n", i, u[i].released, u[i].drained,
 				       u[i].flushed, u[i].flushed_at_drained, u[i].late, u[i].errors,
 				       u[i].late_post, u[i].exchanged);
-		qsm_ctx_counters(server, &sc);
-		qsm_ctx_counters(client, &cc);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
+		qsm_ctx_counters(client, &cc, sizeof(cc));
 		vm_check(!cc.unexpected && !sc.unexpected && !cc.exhausted && !sc.exhausted,
 		         "unexpected events: client %llu, server %llu; attempts out of a resource: client %llu, "
 		         "server %llu", (unsigned long long)cc.unexpected, (unsigned long long)sc.unexpected,
@@ -553,8 +553,8 @@ int main(int argc, char **argv)
 	}
 
 out:
-	qsm_ctx_counters(server, &sc);
-	qsm_ctx_counters(client, &cc);
+	qsm_ctx_counters(server, &sc, sizeof(sc));
+	qsm_ctx_counters(client, &cc, sizeof(cc));
 	printf("== counters: client reconnects %llu, device_removals %llu, unexpected %llu, action_errors %llu,"
 	       " exhausted %llu; server device_removals %llu, unexpected %llu, exhausted %llu, queues %llu\n",
 	       (unsigned long long)cc.reconnects, (unsigned long long)cc.device_removals,
