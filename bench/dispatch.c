@@ -197,7 +197,8 @@ static int sw_live(struct sw_conn *c)
 
 /* The same no-op fabric calls qsm makes, so both sides do the same work on the fabric. */
 static const struct qsm_fabric_ops *volatile sw_ops = &replay_ops; /* a real indirect call */
-static const struct qsm_fabric_qp_attr sw_qp = { 64, 64, 1, 1, 0 };
+static const struct qsm_fabric_qp_attr sw_qp = { .max_send_wr = 64, .max_recv_wr = 64,
+						       .max_send_sge = 1, .max_recv_sge = 1 };
 
 /* The rdma_cm event handler everyone writes: switch on the event, then on the state. */
 static void sw_handle(struct sw_conn *c, int event)

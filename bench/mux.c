@@ -17,9 +17,13 @@
  * recursed into), one `switch` per state, a step timeout per transient state in a lazy
  * min-heap (re-armed on every state change, O(1)), exponential reconnect backoff with
  * xorshift jitter, per-event counters, and a generation per connection that marks events of
- * an id it let go of as stale.  What it does better than qsm today, as a good author would:
- * the clock is read once per dispatch pass, the ring is a power of two (a mask, no modulo),
- * and no eventfd is written for work queued and dispatched in the same pass.
+ * an id it let go of as stale.  Written as tight as a careful author writes it: the clock is
+ * read once per dispatch pass; the ring is a power of two (a mask, no modulo) of 32-byte slots
+ * (private data out of line, allocated only when an event has some); the push is inline with
+ * its growth out of line; an event is dispatched from its ring slot, not copied; the ring
+ * shrinks after a pass that left it mostly empty (as qsm's FIFO trim does); a re-armed timer
+ * already in the heap costs two stores; no eventfd is written for work queued and dispatched
+ * in the same pass.
  */
 
 enum mux_state {
@@ -71,13 +75,15 @@ struct mux_conn {
 	uint32_t timeout_ms[MUX_NSTATES]; /* per-state step timeouts, 0 = none */
 };
 
+/* A ring slot stays small (32 bytes): private data, when an event has any, lives out of line. */
 struct mux_event {
 	struct mux_conn *c;
 	struct qsm_fid *id;               /* the id it came on; NULL for the mux's own */
 	uint32_t gen;
-	int event, status;
-	size_t pdata_len;
-	uint8_t pdata[QSM_FABRIC_PDATA_MAX];
+	int16_t event;
+	uint16_t pdata_len;
+	int status;
+	uint8_t *pdata;                   /* malloc'd, only when pdata_len */
 };
 
 struct mux_counters {
@@ -91,6 +97,7 @@ struct mux {
 	const struct qsm_fabric_ops *ops;
 	struct mux_event *ring;
 	size_t head, len, cap;            /* cap: a power of two */
+	size_t hwm;                       /* most events queued at once since the last trim */
 	struct mux_conn **heap;
 	uint32_t heap_len, heap_cap;
 	uint64_t now;                     /* read once per pass */
@@ -103,28 +110,57 @@ struct mux {
 
 /* ---- the ring ---- */
 
-static struct mux_event *mux_push(struct mux *m, struct mux_conn *c, int event, int status)
+#define RING_MIN 64
+
+/* The ring at a new capacity (a power of two), its events in order from slot 0. */
+static int ring_resize(struct mux *m, size_t cap)
+{
+	struct mux_event *n = malloc(cap * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->len; i++)
+		n[i] = m->ring[(m->head + i) & (m->cap - 1)];
+	free(m->ring);
+	m->ring = n;
+	m->cap = cap;
+	m->head = 0;
+	return 0;
+}
+
+/* Out of line and cold: the push that finds the ring full. */
+static __attribute__((noinline, cold)) int ring_grow(struct mux *m)
+{
+	return ring_resize(m, m->cap ? m->cap * 2 : RING_MIN);
+}
+
+/* After a pass that left the ring empty, as the product's FIFO trim does: sized to twice what
+ * the pass queued (at least RING_MIN) when that is under a quarter of it. */
+static void ring_trim(struct mux *m)
+{
+	size_t want = RING_MIN;
+
+	while (want < 2 * m->hwm)
+		want *= 2;
+	m->hwm = 0;
+	if (m->len || m->cap < 4 * want)
+		return;
+	(void)ring_resize(m, want);
+}
+
+static inline struct mux_event *mux_push(struct mux *m, struct mux_conn *c, int event, int status)
 {
 	struct mux_event *e;
 
-	if (m->len == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 64;
-		struct mux_event *n = malloc(cap * sizeof(*n));
-
-		if (!n)
-			return NULL;
-		for (size_t i = 0; i < m->len; i++)
-			n[i] = m->ring[(m->head + i) & (m->cap - 1)];
-		free(m->ring);
-		m->ring = n;
-		m->cap = cap;
-		m->head = 0;
-	}
+	if (__builtin_expect(m->len == m->cap, 0) && ring_grow(m) < 0)
+		return NULL;
 	e = &m->ring[(m->head + m->len++) & (m->cap - 1)];
+	if (m->len > m->hwm)
+		m->hwm = m->len;
 	e->c = c;
 	e->id = NULL;
 	e->gen = c->gen;
-	e->event = event;
+	e->event = (int16_t)event;
 	e->status = status;
 	e->pdata_len = 0;
 	c->refs++;
@@ -189,21 +225,11 @@ static void timer_remove(struct mux *m, struct mux_conn *c)
 	heap_down(m, m->heap[i]->timer.idx);
 }
 
-static void timer_arm(struct mux *m, struct mux_conn *c, int event, uint64_t delay_ms)
+/* A timer not in the heap goes in: out of line, with the heap's growth. */
+static __attribute__((noinline)) void timer_insert(struct mux *m, struct mux_conn *c, uint64_t deadline)
 {
 	struct mux_timer *t = &c->timer;
-	uint64_t deadline = m->now + delay_ms * 1000000ull;
 
-	t->event = event;
-	t->deadline_ns = deadline;
-	t->armed = true;
-	if (t->idx != UINT32_MAX) {
-		if (deadline < t->key_ns) {
-			t->key_ns = deadline;
-			heap_up(m, t->idx);
-		}
-		return;
-	}
 	if (m->heap_len == m->heap_cap) {
 		uint32_t cap = m->heap_cap ? m->heap_cap * 2 : 64;
 		struct mux_conn **n = realloc(m->heap, cap * sizeof(*n));
@@ -217,6 +243,23 @@ static void timer_arm(struct mux *m, struct mux_conn *c, int event, uint64_t del
 	t->idx = m->heap_len;
 	m->heap[m->heap_len++] = c;
 	heap_up(m, t->idx);
+}
+
+/* Lazy: a timer in the heap with an earlier key only has its deadline moved. */
+static inline void timer_arm(struct mux *m, struct mux_conn *c, int event, uint64_t delay_ms)
+{
+	struct mux_timer *t = &c->timer;
+	uint64_t deadline = m->now + delay_ms * 1000000ull;
+
+	t->event = event;
+	t->deadline_ns = deadline;
+	t->armed = true;
+	if (t->idx == UINT32_MAX) {
+		timer_insert(m, c, deadline);
+	} else if (deadline < t->key_ns) {
+		t->key_ns = deadline;
+		heap_up(m, t->idx);
+	}
 }
 
 static void timers_fire(struct mux *m)
@@ -340,7 +383,7 @@ static void refused(struct mux_conn *c, int r)
 }
 
 /* A state change: the old step timeout is void (lazily), the new state's is armed. */
-static void to(struct mux_conn *c, int event, enum mux_state s)
+static inline void to(struct mux_conn *c, int event, enum mux_state s)
 {
 	struct mux *m = c->m;
 	int from = c->state;
@@ -382,10 +425,9 @@ static int mux_ready(struct mux_conn *c)
 }
 
 /* The rdma_cm event handler: switch on the state, then on the event. */
-static void handle(struct mux_conn *c, const struct mux_event *ev)
+static void handle(struct mux_conn *c, int e)
 {
 	const struct qsm_fabric_ops *ops = c->m->ops;
-	int e = ev->event;
 
 	if (e == QSM_EV_DESTROY) {
 		mux_close(c);
@@ -413,7 +455,8 @@ static void handle(struct mux_conn *c, const struct mux_event *ev)
 			int r;
 
 			to(c, e, MUX_CONNECTING);
-			r = ops->create_qp(c->id, &(struct qsm_fabric_qp_attr){ 64, 64, 1, 1, 0 });
+			r = ops->create_qp(c->id, &(struct qsm_fabric_qp_attr){
+				.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 });
 			if (r == 0) {
 				c->qp = MUX_QP_INIT;
 				if (c->ulp->qp_ready && c->ulp->qp_ready(c)) {
@@ -521,7 +564,7 @@ retry:
 
 /* ---- the loop ---- */
 
-static int take_event(struct mux *m)
+static inline __attribute__((always_inline)) int take_event(struct mux *m)
 {
 	struct qsm_fabric_event fev;
 	struct qsm_fabric_cqe cqe;   /* none come: a CM stream */
@@ -538,8 +581,16 @@ static int take_event(struct mux *m)
 	if (!ev)
 		return -ENOMEM;
 	ev->id = fev.id;
-	ev->pdata_len = fev.private_data_len > sizeof(ev->pdata) ? sizeof(ev->pdata) : fev.private_data_len;
-	memcpy(ev->pdata, fev.private_data, ev->pdata_len);
+	if (fev.private_data_len) {
+		size_t len = fev.private_data_len > QSM_FABRIC_PDATA_MAX ? QSM_FABRIC_PDATA_MAX :
+			     fev.private_data_len;
+
+		ev->pdata = malloc(len);
+		if (ev->pdata) {
+			memcpy(ev->pdata, fev.private_data, len);
+			ev->pdata_len = (uint16_t)len;
+		}
+	}
 	return 0;
 }
 
@@ -550,28 +601,38 @@ static int mux_dispatch(struct mux *m, unsigned int budget)
 	m->now = now_ns();
 	timers_fire(m);
 	while (n < budget) {
-		struct mux_event ev;
 		const struct mux_event *h;
+		struct mux_conn *c;
+		uint8_t *pdata;
+		int e;
 
 		if (!m->len && take_event(m) < 0)
 			break;
 		if (!m->len)
 			continue;
+		/* dispatched from its slot: what the handler needs is read before the slot is freed
+		 * for what the handler queues */
 		h = &m->ring[m->head];
-		memcpy(&ev, h, offsetof(struct mux_event, pdata) + h->pdata_len);
+		c = h->c;
+		e = h->event;
+		pdata = h->pdata_len ? h->pdata : NULL;
 		m->head = (m->head + 1) & (m->cap - 1);
 		m->len--;
 		m->cnt.popped++;
-		if (ev.c->dead || (ev.id && ev.gen != ev.c->gen)) {
+		if (c->dead || (h->id && h->gen != c->gen)) {
 			m->cnt.dropped++;
 		} else {
 			m->cnt.dispatched++;
-			m->cnt.events[ev.event]++;
-			handle(ev.c, &ev);
+			m->cnt.events[e]++;
+			handle(c, e);
 		}
-		mux_put(ev.c);
+		if (pdata)
+			free(pdata);
+		mux_put(c);
 		n++;
 	}
+	if (!m->len)
+		ring_trim(m);
 	timerfd_rearm(m);
 	return (int)n;
 }
