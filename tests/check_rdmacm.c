@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -328,6 +330,188 @@ START_TEST(test_cq_pool_takes_a_new_cq_when_a_resize_fails)
 }
 END_TEST
 
+/* ---- completions: qsm_rc_poll_cqs on a fake CQ (its context's poll_cq hands out prepared
+ * ibv_wc entries), a QP's rings filled as its posts would fill them ---- */
+
+#define WC_QPN 77
+
+static struct ibv_wc wc_in[16];
+static int wc_in_len, wc_in_next;
+
+static int wc_fake_poll(struct ibv_cq *cq, int max, struct ibv_wc *wc)
+{
+	int n = 0;
+
+	(void)cq;
+	while (n < max && wc_in_next < wc_in_len)
+		wc[n++] = wc_in[wc_in_next++];
+	return n;
+}
+
+static struct ibv_context wc_verbs = { .ops = { .poll_cq = wc_fake_poll, .req_notify_cq = fake_req_notify } };
+static struct ibv_cq wc_cq = { .context = &wc_verbs };
+static struct ibv_comp_channel wc_cc = { .fd = -1 };
+
+struct wc_rig {
+	struct rc_fabric *f;
+	struct qsm_fdev *d;
+	struct rc_cq *c;
+	struct qsm_fid *id;
+};
+
+static void wc_rig_wq(struct rc_wq *w)
+{
+	w->ring = calloc(4, sizeof(*w->ring));
+	ck_assert_ptr_nonnull(w->ring);
+	w->mask = 3;
+	w->cap = 4;
+}
+
+static void wc_rig_new(struct wc_rig *r)
+{
+	r->f = calloc(1, sizeof(*r->f));
+	r->d = calloc(1, sizeof(*r->d));
+	r->c = calloc(1, sizeof(*r->c));
+	r->id = calloc(1, sizeof(*r->id));
+	ck_assert(r->f && r->d && r->c && r->id);
+	qsm_list_init(&r->f->devs);
+	qsm_list_init(&r->f->lq);
+	qsm_rc_table_init(&r->f->qpt);
+	r->f->hot_fd = eventfd(0, EFD_NONBLOCK);
+	r->f->hot_idle = 1000;
+	r->d->fab = r->f;
+	r->d->cc = &wc_cc;
+	qsm_list_init(&r->d->cqs);
+	qsm_list_add_tail(&r->f->devs, &r->d->node);
+	r->c->cq = &wc_cq;
+	r->c->hot = true;
+	r->f->hot = 1;
+	qsm_list_add_tail(&r->d->cqs, &r->c->node);
+	r->id->fab = r->f;
+	r->id->owner = r;
+	r->id->qp_num = WC_QPN;
+	qsm_list_init(&r->id->late);
+	qsm_list_init(&r->id->lq_node);
+	wc_rig_wq(&r->id->wq[WQ_SEND]);
+	wc_rig_wq(&r->id->wq[WQ_RECV]);
+	ck_assert_int_eq(qsm_rc_table_add(&r->f->qpt, r->id, &r->id->qp_key), 0);
+	wc_in_len = wc_in_next = 0;
+}
+
+static void wc_rig_free(struct wc_rig *r)
+{
+	free(r->id->wq[WQ_SEND].ring);
+	free(r->id->wq[WQ_RECV].ring);
+	qsm_rc_table_fini(&r->f->qpt);
+	close(r->f->hot_fd);
+	free(r->id);
+	free(r->c);
+	free(r->d);
+	free(r->f);
+}
+
+/* A WR on the QP's work queue, as post_send / post_recv record it; its tag. */
+static uint64_t wc_rig_post(struct wc_rig *r, int q, uint64_t wr_id, enum qsm_wr_opcode op, bool signaled)
+{
+	struct rc_wq *w = &r->id->wq[q];
+	struct rc_slot *s = &w->ring[w->tail & w->mask];
+
+	s->wr_id = wr_id;
+	s->opcode = (uint8_t)op;
+	s->signaled = signaled;
+	return r->id->qp_key | (q == WQ_RECV ? TAG_RECV : 0) | w->tail++;
+}
+
+static void wc_push(uint64_t tag, enum ibv_wc_status st, uint32_t qpn, uint32_t len, unsigned int flags,
+		    uint32_t imm)
+{
+	wc_in[wc_in_len++] = (struct ibv_wc){ .wr_id = tag, .status = st, .opcode = IBV_WC_RECV,
+					      .byte_len = len, .qp_num = qpn, .wc_flags = flags,
+					      .imm_data = imm };
+}
+
+START_TEST(test_poll_completes_each_wr_once_and_drops_stale_tags)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	uint64_t r0, r1, s0, s1;
+
+	wc_rig_new(&r);
+	r0 = wc_rig_post(&r, WQ_RECV, 100, QSM_WR_RECV, true);
+	r1 = wc_rig_post(&r, WQ_RECV, 101, QSM_WR_RECV, true);
+	s0 = wc_rig_post(&r, WQ_SEND, 200, QSM_WR_SEND, false);
+	s1 = wc_rig_post(&r, WQ_SEND, 201, QSM_WR_RDMA_WRITE, true);
+	wc_push(r0, IBV_WC_SUCCESS, WC_QPN, 10, 0, 0);
+	wc_push(r0, IBV_WC_SUCCESS, WC_QPN, 10, 0, 0);                    /* again: completed */
+	wc_push(r1 + (1ull << (TAG_KEY_SHIFT + TAG_SLOT_BITS)), IBV_WC_SUCCESS, WC_QPN, 1, 0, 0); /* gen */
+	wc_push(r1, IBV_WC_SUCCESS, WC_QPN + 1, 1, 0, 0);                 /* another QP's */
+	wc_push(s1, IBV_WC_SUCCESS, WC_QPN, 4096, 0, 0);                  /* s0 unsignaled before it */
+	wc_push(r1, IBV_WC_SUCCESS, WC_QPN, 20, IBV_WC_WITH_IMM, 0xabcd);
+	wc_push(r1 + 1, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);                 /* never posted */
+	wc_push(s0, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);                     /* passed by s1 already */
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 3);
+	ck_assert_ptr_eq(out[0].owner, &r);
+	ck_assert_ptr_eq(out[0].id, r.id);
+	ck_assert_uint_eq(out[0].wc.wr_id, 100);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_SUCCESS);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RECV);
+	ck_assert_uint_eq(out[0].wc.byte_len, 10);
+	ck_assert_uint_eq(out[0].wc.wc_flags, 0);
+	ck_assert_uint_eq(out[1].wc.wr_id, 201);
+	ck_assert_int_eq(out[1].wc.opcode, QSM_WR_RDMA_WRITE);
+	ck_assert_uint_eq(out[1].wc.byte_len, 4096);
+	ck_assert_uint_eq(out[2].wc.wr_id, 101);
+	ck_assert_uint_eq(out[2].wc.wc_flags, QSM_WC_WITH_IMM);
+	ck_assert_uint_eq(out[2].wc.imm_data, 0xabcd);
+	ck_assert_uint_eq(out[2].wc.byte_len, 20);
+	ck_assert_uint_eq(r.f->wc_ok, 3);
+	ck_assert_uint_eq(r.f->wc_stale, 5);
+	ck_assert_uint_eq(r.f->wc_order, 0);
+	for (int q = WQ_SEND; q <= WQ_RECV; q++)
+		ck_assert_uint_eq(r.id->wq[q].head, r.id->wq[q].tail);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	wc_rig_free(&r);
+}
+END_TEST
+
+/* An error moves the QP to ERR and reports the WR's own opcode; after the drain marker every
+ * WR left is flushed by the fabric, so the provider's completions of them are dropped. */
+START_TEST(test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	uint64_t r0, r1, s0;
+
+	wc_rig_new(&r);
+	r0 = wc_rig_post(&r, WQ_RECV, 100, QSM_WR_RECV, true);
+	r1 = wc_rig_post(&r, WQ_RECV, 101, QSM_WR_RECV, true);
+	s0 = wc_rig_post(&r, WQ_SEND, 200, QSM_WR_SEND, true);
+	wc_push(s0, IBV_WC_RETRY_EXC_ERR, WC_QPN, 0, 0, 0);
+	wc_push(r0, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 2);
+	ck_assert_uint_eq(out[0].wc.wr_id, 200);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_RETRY_EXC_ERR);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_SEND);
+	ck_assert_uint_eq(out[1].wc.wr_id, 100);
+	ck_assert_int_eq(out[1].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(out[1].wc.opcode, QSM_WR_RECV);
+	ck_assert(r.id->qp_err);
+	ck_assert_uint_eq(r.f->wc_err, 1);
+	ck_assert_uint_eq(r.f->wc_flush, 1);
+	/* the marker: r1 is flushed by the fabric from now on, never by the provider's completion */
+	r.id->draining = true;
+	wc_in_len = wc_in_next = 0;
+	wc_push(TAG_MARKER | r.id->qp_key, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	wc_push(r1, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(r.id->flush_all && r.id->drained_due && !r.id->draining);
+	ck_assert(r.id->on_lq);
+	ck_assert_uint_eq(r.f->wc_stale, 1);
+	ck_assert_uint_eq(r.id->wq[WQ_RECV].head, 1);   /* r1 is left for the fabric's flush */
+	wc_rig_free(&r);
+}
+END_TEST
+
 static Suite *rdmacm_suite(void)
 {
 	Suite *s = suite_create("rdmacm");
@@ -344,6 +528,10 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras);
 	tcase_add_test(t, test_cq_pool_refuses_with_enomem_beyond_max_cq_or_max_cqe);
 	tcase_add_test(t, test_cq_pool_takes_a_new_cq_when_a_resize_fails);
+	suite_add_tcase(s, t);
+	t = tcase_create("completions");
+	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
+	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -361,7 +361,24 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 void qsm_rc_wq_flush_heads(struct qsm_fid *id);
 /* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
 enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
-struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc);
+/* A receive's imm data and invalidation (recv_wc, when its wc_flags carry any). */
+void qsm_rc_recv_flags(const struct ibv_wc *wc, struct qsm_fabric_wc *w);
+/* A successful receive, written in place: what arrived (a SEND or a WRITE_WITH_IMM), its length,
+ * imm data, invalidation; wr_id is the caller's to write.  Inline: once per completion. */
+static inline void qsm_rc_recv_wc(const struct ibv_wc *wc, struct qsm_fabric_wc *w)
+{
+	w->status = QSM_WC_SUCCESS;
+	w->opcode = QSM_WR_RECV;
+	w->byte_len = wc->byte_len;
+	w->imm_data = 0;
+	w->invalidated_rkey = 0;
+	w->wc_flags = 0;
+	if (__builtin_expect(wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM, 0))
+		w->opcode = QSM_WR_RECV_RDMA_WITH_IMM;
+	if (__builtin_expect(wc->wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK), 0))
+		qsm_rc_recv_flags(wc, w);
+}
+
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
 /* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
 void qsm_rc_last_wqe(struct qsm_fid *id);
@@ -382,8 +399,17 @@ void qsm_rc_table_fini(struct rc_table *t);
 /* A slot for obj: 0 and *key (its slot and generation, shifted as tags carry them), or -ENOMEM. */
 int qsm_rc_table_add(struct rc_table *t, void *obj, uint64_t *key);
 void qsm_rc_table_del(struct rc_table *t, uint64_t key);
-/* The object the key in wr_id names, or NULL (freed since, or reused). */
-void *qsm_rc_table_find(const struct rc_table *t, uint64_t wr_id);
+/* The object the key in wr_id names, or NULL (freed since, or reused).  Inline: once per
+ * completion. */
+static inline void *qsm_rc_table_find(const struct rc_table *t, uint64_t wr_id)
+{
+	uint32_t key = (uint32_t)(wr_id >> TAG_KEY_SHIFT) & TAG_KEY_MASK;
+	uint32_t i = key & ((1u << TAG_SLOT_BITS) - 1);
+
+	if (i >= t->len || (t->e[i].gen & TAG_GEN_MASK) != key >> TAG_SLOT_BITS)
+		return NULL;
+	return t->e[i].obj;
+}
 int qsm_rc_qpn_add(struct rc_qpn *h, struct qsm_fid *id);
 struct qsm_fid *qsm_rc_qpn_find(const struct rc_qpn *h, uint32_t qpn);
 void qsm_rc_qpn_del(struct rc_qpn *h, const struct qsm_fid *id);

@@ -150,7 +150,7 @@ int qsm_rc_srq_wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_
 	out->id = id;
 	if (st == QSM_WC_SUCCESS) {
 		f->wc_ok++;
-		out->wc = qsm_rc_recv_wc(wc);
+		qsm_rc_recv_wc(wc, &out->wc);
 	} else {
 		if (st == QSM_WC_WR_FLUSH_ERR)
 			f->wc_flush++;

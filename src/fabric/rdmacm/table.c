@@ -62,16 +62,6 @@ void qsm_rc_table_del(struct rc_table *t, uint64_t key)
 	t->free = i;
 }
 
-void *qsm_rc_table_find(const struct rc_table *t, uint64_t wr_id)
-{
-	uint32_t key = (uint32_t)(wr_id >> TAG_KEY_SHIFT) & TAG_KEY_MASK;
-	uint32_t i = key & (TABLE_MAX - 1);
-
-	if (i >= t->len || (t->e[i].gen & TAG_GEN_MASK) != key >> TAG_SLOT_BITS)
-		return NULL;
-	return t->e[i].obj;
-}
-
 /* ---- qp_num -> QP: open addressing, linear probing, deletion by backward shift ---- */
 
 static uint32_t qpn_hash(uint32_t qpn, uint32_t mask)

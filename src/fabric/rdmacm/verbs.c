@@ -136,19 +136,12 @@ int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_
 
 /* ---- completions ---- */
 
-/*
- * One completion polled: its WR found from the tag in O(1), the slot freed, the completion
- * written to *out (1) -- or nothing (0): the drain marker (DRAINED follows our flushes), an
- * unsignaled send, a stale completion.
- */
-static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out)
+/* A completion whose tag is not a WR of a QP's own work queue: an SRQ's receive (1, or 0 when
+ * stale), or the drain marker (0: DRAINED follows our flushes).  Out of line: rare, or the SRQ's. */
+static __attribute__((noinline)) int wc_take_other(struct rc_fabric *f, const struct ibv_wc *wc,
+						   struct qsm_fabric_cqe *out)
 {
 	struct qsm_fid *id;
-	enum qsm_wc_status st;
-	struct rc_slot *s;
-	struct rc_wq *w;
-	uint32_t seq;
-	int q;
 
 	if (wc->wr_id & TAG_SRQ) {
 		if (!qsm_rc_srq_wc_take(f, wc, out))
@@ -160,59 +153,113 @@ static int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabr
 		return 1;
 	}
 	id = qsm_rc_table_find(&f->qpt, wc->wr_id);
-	if (id && id->qp_num != wc->qp_num)
-		id = NULL;   /* a slot reused as often as its generation wraps: still not ours */
-	if (wc->wr_id & TAG_MARKER) {
-		if (id && id->draining) {
-			id->draining = false;
-			id->qp_err = true;
-			id->flush_all = true;
-			id->drained_due = true;
-			lq_add(id);
-		}
-		return 0;
+	if (id && id->qp_num == wc->qp_num && id->draining) {
+		id->draining = false;
+		id->qp_err = true;
+		id->flush_all = true;
+		id->drained_due = true;
+		lq_add(id);
 	}
-	q = wc->wr_id & TAG_RECV ? WQ_RECV : WQ_SEND;
-	seq = (uint32_t)wc->wr_id;
-	/* a destroyed QP's leftovers, or a WR flushed by us already */
-	if (!id || id->flush_all || seq - id->wq[q].head >= id->wq[q].tail - id->wq[q].head) {
+	return 0;
+}
+
+/* The WRs before seq completed without a completion: unsignaled sends (a work queue completes
+ * in order), else a provider that broke the order, counted. */
+static __attribute__((noinline)) void wq_skip_to(struct rc_fabric *f, struct rc_wq *w, bool recv,
+						 uint32_t seq)
+{
+	for (; w->head != seq; w->head++)
+		if (recv || w->ring[w->head & w->mask].signaled)
+			f->wc_order++;
+}
+
+/* An error completion of the WR in slot s (taken): the QP is in ERR; the WR's own opcode is
+ * reported, wc->opcode being undefined in error completions. */
+static __attribute__((noinline)) int wc_error(struct qsm_fid *id, const struct rc_wq *w,
+					      const struct rc_slot *s, enum ibv_wc_status status,
+					      struct qsm_fabric_cqe *out)
+{
+	enum qsm_wc_status st = qsm_rc_wc_status(id->fab, status);
+
+	if (st == QSM_WC_WR_FLUSH_ERR)
+		id->fab->wc_flush++;
+	else
+		id->fab->wc_err++;
+	id->qp_err = true;   /* an error completion moves an RC QP to ERR */
+	if (w->head == w->tail)
+		qsm_rc_wq_flush_heads(id);
+	out->owner = id->owner;
+	out->id = id;
+	out->wc = (struct qsm_fabric_wc){ .wr_id = s->wr_id, .status = st,
+					  .opcode = (enum qsm_wr_opcode)s->opcode };
+	return 1;
+}
+
+/* The slot of the WR a completion names in work queue w, taken; NULL when the completion is
+ * stale (that WR completed already: flushed by us, or a destroyed QP's leftover). */
+static inline struct rc_slot *wq_take(struct rc_fabric *f, struct rc_wq *w, bool recv, uint32_t seq)
+{
+	if (__builtin_expect(seq != w->head, 0)) {
+		if (seq - w->head >= w->tail - w->head)
+			return NULL;
+		wq_skip_to(f, w, recv, seq);
+	} else if (w->head == w->tail) {
+		return NULL;
+	}
+	return &w->ring[w->head++ & w->mask];
+}
+
+/* A completion of the WR it names in the QP's work queue q (a constant where it is called, so
+ * that each work queue's is straight-line code). */
+static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f, struct qsm_fid *id,
+							    const struct ibv_wc *wc,
+							    struct qsm_fabric_cqe *out, int q)
+{
+	struct rc_wq *w = &id->wq[q];
+	struct rc_slot *s = wq_take(f, w, q == WQ_RECV, (uint32_t)wc->wr_id);
+
+	if (!s) {
 		f->wc_stale++;
 		return 0;
 	}
-	w = &id->wq[q];
-	if (seq != w->head) {
-		/* the WRs before it completed without a completion: unsignaled sends (a work queue
-		 * completes in order), else a provider that broke the order, counted */
-		for (; w->head != seq; w->head++)
-			if (q == WQ_RECV || w->ring[w->head & w->mask].signaled)
-				f->wc_order++;
-	}
-	s = &w->ring[w->head++ & w->mask];
-	st = wc->status == IBV_WC_SUCCESS ? QSM_WC_SUCCESS : qsm_rc_wc_status(f, wc->status);
-	if (st == QSM_WC_SUCCESS) {
-		f->wc_ok++;
-		if (q == WQ_SEND && !s->signaled)
-			return 0;
-	} else {
-		if (st == QSM_WC_WR_FLUSH_ERR)
-			f->wc_flush++;
-		else
-			f->wc_err++;
-		id->qp_err = true;   /* an error completion moves an RC QP to ERR */
-		if (w->head == w->tail)
-			qsm_rc_wq_flush_heads(id);
-	}
+	if (__builtin_expect(wc->status != IBV_WC_SUCCESS, 0))
+		return wc_error(id, w, s, wc->status, out);
+	f->wc_ok++;
 	out->owner = id->owner;
 	out->id = id;
-	if (q == WQ_RECV && st == QSM_WC_SUCCESS) {
-		out->wc = qsm_rc_recv_wc(wc);
-	} else {
-		/* wc->opcode is undefined in error completions: the WR's own is reported */
-		out->wc = (struct qsm_fabric_wc){ .status = st, .opcode = (enum qsm_wr_opcode)s->opcode,
-						  .byte_len = st == QSM_WC_SUCCESS ? wc->byte_len : 0 };
-	}
 	out->wc.wr_id = s->wr_id;
-	return 1;
+	if (q == WQ_RECV) {
+		qsm_rc_recv_wc(wc, &out->wc);
+		return 1;
+	}
+	out->wc.status = QSM_WC_SUCCESS;
+	out->wc.opcode = (enum qsm_wr_opcode)s->opcode;
+	out->wc.byte_len = wc->byte_len;
+	out->wc.imm_data = out->wc.invalidated_rkey = out->wc.wc_flags = 0;
+	return s->signaled;   /* an unsignaled send's: written, not handed out */
+}
+
+/*
+ * One completion polled: its WR found from the tag in O(1), the slot freed, the completion
+ * written to *out in place (1) -- or nothing (0): the drain marker (DRAINED follows our
+ * flushes), an unsignaled send, a stale completion.  Inline, the success of a QP's own WR
+ * straight through; the rest out of line.
+ */
+static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out)
+{
+	uint64_t tag = wc->wr_id;
+	struct qsm_fid *id;
+
+	if (__builtin_expect(tag & (TAG_SRQ | TAG_MARKER), 0))
+		return wc_take_other(f, wc, out);
+	id = qsm_rc_table_find(&f->qpt, tag);
+	/* a slot reused as often as its generation wraps is still not ours (qp_num); every WR
+	 * left on a QP whose marker came is flushed by us */
+	if (__builtin_expect(!id || id->qp_num != wc->qp_num || id->flush_all, 0)) {
+		f->wc_stale++;
+		return 0;
+	}
+	return tag & TAG_RECV ? wc_take_wq(f, id, wc, out, WQ_RECV) : wc_take_wq(f, id, wc, out, WQ_SEND);
 }
 
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)

@@ -39,26 +39,20 @@ enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st)
 	return QSM_WC_GENERAL_ERR;
 }
 
-/* A successful receive: what arrived (a SEND or a WRITE_WITH_IMM), imm data, invalidation. */
-struct qsm_fabric_wc qsm_rc_recv_wc(const struct ibv_wc *wc)
+void qsm_rc_recv_flags(const struct ibv_wc *wc, struct qsm_fabric_wc *w)
 {
-	struct qsm_fabric_wc w = { .status = QSM_WC_SUCCESS, .byte_len = wc->byte_len,
-				   .opcode = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM ?
-					     QSM_WR_RECV_RDMA_WITH_IMM : QSM_WR_RECV };
-
 	if (wc->wc_flags & IBV_WC_WITH_IMM) {
-		w.wc_flags |= QSM_WC_WITH_IMM;
-		w.imm_data = wc->imm_data;   /* carried as is, as the sender set it */
+		w->wc_flags |= QSM_WC_WITH_IMM;
+		w->imm_data = wc->imm_data;   /* carried as is, as the sender set it */
 	}
 	/* rxe (and every provider whose CQEs the kernel writes) leaves the kernel's
 	 * IB_WC_WITH_INVALIDATE, bit 2, as it is: libibverbs names that bit IBV_WC_IP_CSUM_OK,
 	 * which no RC receive ever carries (checksums are raw packet and UD QPs'); measured over
 	 * soft-RoCE, a SEND_WITH_INV's receive reports only it. */
 	if (wc->wc_flags & (IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK)) {
-		w.wc_flags |= QSM_WC_WITH_INV;
-		w.invalidated_rkey = wc->invalidated_rkey;
+		w->wc_flags |= QSM_WC_WITH_INV;
+		w->invalidated_rkey = wc->invalidated_rkey;
 	}
-	return w;
 }
 
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n)
