@@ -108,61 +108,140 @@ static size_t qsm_index_of(void *owner)
 	return (size_t)(uintptr_t)qsm_conn_user(owner);
 }
 
-static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
-{
-	struct stream s = { .nqueues = nqueues };
-	struct bench_fabric *b = replay_fabric_new(nqueues, qsm_index_of, &s);
+/* One side's objects: the fabric replaying `s`, the ctx, its queues made from `tmpl`, every
+ * queue connected and the ctx settled. */
+struct qsm_run {
+	struct stream s;
+	struct bench_fabric *b;
 	struct qsm_ctx *ctx;
-	struct qsm_conn **qs = malloc(nqueues * sizeof(*qs));
-	struct sockaddr_in dst = { .sin_family = AF_INET };
-	struct qsm_counters c;
-	struct mallinfo2 m0, m1;
-	struct result r;
-	uint64_t t0, ns;
-	int n;
+	struct qsm_conn **qs;
+	double bytes_per_queue;          /* malloc'd by qsm_conn_new */
+	double bytes_connected;          /* ... and once connected and settled (its timer in the
+	                                    heap, the FIFO trimmed, all the ctx keeps per queue) */
+};
 
-	if (qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = &b->f }, &ctx) < 0)
+static void qsm_run_start(struct qsm_run *r, size_t nqueues, const struct qsm_conn_opts *tmpl,
+			  uint64_t (*clock)(void *arg))
+{
+	struct mallinfo2 m0, m1;
+
+	r->s = (struct stream){ .nqueues = nqueues };
+	r->b = replay_fabric_new(nqueues, qsm_index_of, &r->s);
+	r->qs = malloc(nqueues * sizeof(*r->qs));
+	if (!r->qs || qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = &r->b->f, .now_ns = clock }, &r->ctx) < 0)
 		abort();
 	memset(&bench_qp_asked, 0, sizeof(bench_qp_asked));
 	m0 = mallinfo2();
 	for (size_t i = 0; i < nqueues; i++) {
-		struct qsm_conn_opts o = { .cls = &bench_class, .dst = (struct sockaddr *)&dst,
-					   .user = (void *)(uintptr_t)i,
-					   .policy = { .initial_delay_ms = 3600000, .max_delay_ms = 3600000,
-						       .jitter_pct = 10 },
-					   .timeouts = { .resolve_ms = 3600000, .connect_ms = 3600000,
-							 .drain_ms = 3600000 } };
+		struct qsm_conn_opts o = *tmpl;
 
-		if (qsm_conn_new(ctx, &o, &qs[i]) < 0)
+		o.user = (void *)(uintptr_t)i;
+		if (qsm_conn_new(r->ctx, &o, &r->qs[i]) < 0)
 			abort();
-		b->ids[i].owner = qs[i];
+		r->b->ids[i].owner = r->qs[i];
 	}
 	m1 = mallinfo2();
+	r->bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
 	for (size_t i = 0; i < nqueues; i++)
-		qsm_conn_connect(qs[i]);
-	while ((n = qsm_ctx_dispatch(ctx, 4096)) > 0) {
+		qsm_conn_connect(r->qs[i]);
+	while (qsm_ctx_dispatch(r->ctx, 4096) > 0) {
 	}
-	s.end = events;
-	qsm_ctx_counters(ctx, &c, sizeof(c));
-	r.events = c.dispatched;
-	t0 = measure_start(instr);
-	while (qsm_ctx_dispatch(ctx, 4096) > 0) {
-	}
-	ns = measure_stop(instr, t0);
+	qsm_ctx_dispatch(r->ctx, 4096);   /* a pass with nothing queued: the FIFO trimmed */
+	r->bytes_connected = (double)(mallinfo2().uordblks - m0.uordblks) / (double)nqueues;
+}
+
+static uint64_t qsm_dispatched(struct qsm_ctx *ctx)
+{
+	struct qsm_counters c;
+
 	qsm_ctx_counters(ctx, &c, sizeof(c));
 	if (c.unexpected)
 		fprintf(stderr, "bench: %llu unexpected events\n", (unsigned long long)c.unexpected);
-	r.events = c.dispatched - r.events;
-	if (getenv("BENCH_DEBUG"))
-		fprintf(stderr, "qsm: %zu queues: %llu events, %.3f s, popped %llu dropped %llu\n", nqueues, (unsigned long long)r.events, (double)ns / 1e9, (unsigned long long)c.popped, (unsigned long long)c.dropped);
+	return c.dispatched;
+}
+
+static void qsm_run_end(struct qsm_run *r, const char *what, uint64_t events, uint64_t ns)
+{
+	if (getenv("BENCH_DEBUG")) {
+		struct qsm_counters c;
+
+		qsm_ctx_counters(r->ctx, &c, sizeof(c));
+		fprintf(stderr, "qsm%s: %zu queues: %llu events, %.3f s, popped %llu dropped %llu\n", what,
+			r->s.nqueues, (unsigned long long)events, (double)ns / 1e9,
+			(unsigned long long)c.popped, (unsigned long long)c.dropped);
+	}
+	qsm_ctx_free(r->ctx);
+	free(r->qs);
+}
+
+static struct sockaddr_in bench_dst = { .sin_family = AF_INET };
+
+static struct result run_qsm(size_t nqueues, uint64_t events, int instr)
+{
+	const struct qsm_conn_opts tmpl = {
+		.cls = &bench_class, .dst = (struct sockaddr *)&bench_dst,
+		.policy = { .initial_delay_ms = 3600000, .max_delay_ms = 3600000, .jitter_pct = 10 },
+		.timeouts = { .resolve_ms = 3600000, .connect_ms = 3600000, .drain_ms = 3600000 },
+	};
+	struct qsm_run run;
+	struct result r = { 0 };
+	uint64_t t0, ns, before;
+
+	qsm_run_start(&run, nqueues, &tmpl, NULL);
+	run.s.end = events;
+	before = qsm_dispatched(run.ctx);
+	t0 = measure_start(instr);
+	while (qsm_ctx_dispatch(run.ctx, 4096) > 0) {
+	}
+	ns = measure_stop(instr, t0);
+	r.events = qsm_dispatched(run.ctx) - before;
 	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
-	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
+	r.bytes_per_queue = run.bytes_per_queue;
+	r.bytes_connected = run.bytes_connected;
 	r.qp_send_wr = bench_qp_asked.max_send_wr;
 	r.qp_recv_wr = bench_qp_asked.max_recv_wr;
 	r.fabric_bytes_per_queue = r.qp_send_wr || r.qp_recv_wr ?
 				   bench_rdmacm_qp_bytes(r.qp_send_wr, r.qp_recv_wr) : 0;
-	qsm_ctx_free(ctx);
-	free(qs);
+	qsm_run_end(&run, "", r.events, ns);
+	return r;
+}
+
+uint64_t bench_vclock_ns;
+
+static uint64_t qsm_vclock(void *arg)
+{
+	(void)arg;
+	return bench_vclock_ns;
+}
+
+static struct result run_qsm_timers(size_t nqueues, uint64_t rounds, int instr)
+{
+	const struct qsm_conn_opts tmpl = {
+		.cls = &bench_class, .dst = (struct sockaddr *)&bench_dst,
+		.policy = { .initial_delay_ms = BENCH_TIMER_MS, .max_delay_ms = BENCH_TIMER_MS },
+		.timeouts = { .resolve_ms = BENCH_TIMER_MS, .connect_ms = BENCH_TIMER_MS,
+			      .drain_ms = BENCH_TIMER_MS },
+	};
+	struct qsm_run run;
+	struct result r = { 0 };
+	uint64_t t0, ns, before;
+
+	bench_vclock_ns = BENCH_VCLOCK_START;
+	qsm_run_start(&run, nqueues, &tmpl, qsm_vclock);
+	before = qsm_dispatched(run.ctx);
+	t0 = measure_start(instr);
+	for (uint64_t k = 0; k < rounds; k++) {
+		int ms = qsm_ctx_next_timeout_ms(run.ctx);
+
+		bench_vclock_ns += (uint64_t)(ms > 0 ? ms : 1) * 1000000ull;
+		while (qsm_ctx_dispatch(run.ctx, 4096) > 0) {
+		}
+	}
+	ns = measure_stop(instr, t0);
+	r.events = qsm_dispatched(run.ctx) - before;
+	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
+	r.bytes_per_queue = run.bytes_per_queue;
+	qsm_run_end(&run, " timers", r.events, ns);
 	return r;
 }
 
@@ -309,6 +388,10 @@ static const struct side {
 } sides[] = { { "qsm", run_qsm }, { "mux", run_mux }, { "bare_switch", run_switch } };
 #define NSIDES (sizeof(sides) / sizeof(sides[0]))
 
+/* The timer case (dispatch.h): EVENTS in a child's arguments are rounds of the clock. */
+static const struct side timer_sides[] = { { "qsm_timer", run_qsm_timers }, { "mux_timer", run_mux_timers } };
+#define TIMER_QUEUES 1000
+
 static const size_t sizes[] = { 1, 1000, 100000 };
 static const char *const size_names[] = { "1", "1k", "100k" };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
@@ -329,7 +412,53 @@ static int instr_child(char **argv)
 			sides[i].run(strtoul(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), 1);
 			return 0;
 		}
+	for (size_t i = 0; i < 2; i++)
+		if (!strcmp(argv[2], timer_sides[i].name)) {
+			timer_sides[i].run(strtoul(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), 1);
+			return 0;
+		}
 	return 2;
+}
+
+/* Timed: best of 3 of each side, same run; the events each dispatched must agree. */
+static void timers_timed(uint64_t total)
+{
+	uint64_t rounds = total / TIMER_QUEUES ? total / TIMER_QUEUES : 1;
+	struct result best[2];
+
+	for (size_t s = 0; s < 2; s++)
+		best[s].ns_per_event = 1e18;
+	for (int rep = 0; rep < 3; rep++)
+		for (size_t s = 0; s < 2; s++) {
+			struct result r = timer_sides[s].run(TIMER_QUEUES, rounds, 0);
+
+			if (r.ns_per_event < best[s].ns_per_event)
+				best[s] = r;
+		}
+	if (best[0].events != best[1].events)
+		fprintf(stderr, "timers: qsm dispatched %llu events, mux %llu\n",
+			(unsigned long long)best[0].events, (unsigned long long)best[1].events);
+	printf("\nTimer fires: %d queues whose step timeout and backoff fire and re-arm in turn\n"
+	       "(ADDR_RESOLVING -TIMEOUT-> RECONNECT_WAIT -RETRY-> ADDR_RESOLVING), on a virtual clock\n"
+	       "moved to the next timer %llu times; qsm's timer heap against the mux's own binary heap\n"
+	       "%9s %9s %8s\n%9.1f %9.1f %7.2fx\n", TIMER_QUEUES, (unsigned long long)rounds,
+	       "qsm ns", "mux ns", "qsm/mux", best[0].ns_per_event, best[1].ns_per_event,
+	       best[0].ns_per_event / best[1].ns_per_event);
+	printf("ratio dispatch_timer qsm/mux %.2f\n", best[0].ns_per_event / best[1].ns_per_event);
+}
+
+static void timers_instr(void)
+{
+	uint64_t rounds = 20;
+	double ir[2];
+
+	for (size_t s = 0; s < 2; s++)
+		ir[s] = (double)instr_count(timer_sides[s].name, TIMER_QUEUES, rounds) /
+			(double)(rounds * TIMER_QUEUES);
+	printf("\nTimer fires under callgrind (%d queues, %llu rounds, one fire per queue a round):\n"
+	       "%12s %12s %9s\n%12.0f %12.0f %8.2fx\n\n", TIMER_QUEUES, (unsigned long long)rounds,
+	       "qsm Ir/fire", "mux Ir/fire", "qsm/mux", ir[0], ir[1], ir[1] > 0 ? ir[0] / ir[1] : 0);
+	printf("ratio dispatch_timer_instr qsm/mux %.2f\n", ir[1] > 0 ? ir[0] / ir[1] : 0);
 }
 
 static void instructions(void)
@@ -415,10 +544,17 @@ int main(int argc, char **argv)
 		printf("bytes_per_queue %s runtime %.0f fabric %zu (rdmacm, QP of %u/%u WRs)\n",
 		       size_names[i], qsm_best[i].bytes_per_queue, qsm_best[i].fabric_bytes_per_queue,
 		       qsm_best[i].qp_send_wr, qsm_best[i].qp_recv_wr);
+	/* What the runtime holds per queue once it lives: malloc's count over N queues, from
+	 * before the first qsm_conn_new to after every queue connected and the ctx settled (its
+	 * struct, its timer's heap slot, the FIFO trimmed back): not sizeof. */
+	for (size_t i = 0; i < NSIZES; i++)
+		printf("bytes per queue %s %.0f\n", size_names[i], qsm_best[i].bytes_connected);
+	timers_timed(total);
 	fflush(stdout);
-	if (instr_available())
+	if (instr_available()) {
 		instructions();
-	else
+		timers_instr();
+	} else
 		printf("\n(valgrind not found: no instruction counts)\n");
 	return 0;
 }

@@ -29,6 +29,7 @@ struct result {
 	double ns_per_event;
 	uint64_t events;
 	double bytes_per_queue;
+	double bytes_connected;   /* qsm: bytes_per_queue once connected and settled */
 	/* qsm only: what the rdmacm fabric holds per QP of the caps the runtime asked for, and those
 	 * caps (send/recv WRs; 0/0: no QP was asked for) */
 	size_t fabric_bytes_per_queue;
@@ -37,5 +38,16 @@ struct result {
 
 /* The same-work multiplexer (bench/mux.c): timed, or counted under callgrind (instr). */
 struct result run_mux(size_t nqueues, uint64_t events, int instr);
+
+/*
+ * The timer case: no fabric event ever comes, so every queue's step timeout fires, then its
+ * backoff: ADDR_RESOLVING -TIMEOUT-> RECONNECT_WAIT -RETRY-> ADDR_RESOLVING, each re-arming a
+ * timer, on a virtual clock both sides read, which the driver moves to the next timer `rounds`
+ * times (each time every queue's timer fires: no jitter).
+ */
+#define BENCH_TIMER_MS 1000            /* resolve_ms (the state's timeout: 1000 ms more), backoff */
+#define BENCH_VCLOCK_START 1000000000ull
+extern uint64_t bench_vclock_ns;
+struct result run_mux_timers(size_t nqueues, uint64_t rounds, int instr);
 
 #endif

@@ -101,6 +101,7 @@ struct mux {
 	struct mux_conn **heap;
 	uint32_t heap_len, heap_cap;
 	uint64_t now;                     /* read once per pass */
+	uint64_t (*clock)(void);          /* now_ns, or the timer case's virtual clock */
 	int timerfd;
 	uint64_t timerfd_at;
 	uint64_t rng;
@@ -598,7 +599,7 @@ static int mux_dispatch(struct mux *m, unsigned int budget)
 {
 	unsigned int n = 0;
 
-	m->now = now_ns();
+	m->now = m->clock();
 	timers_fire(m);
 	while (n < budget) {
 		const struct mux_event *h;
@@ -666,72 +667,141 @@ static size_t mux_index_of(void *owner)
 	return ((struct mux_conn *)owner)->index;
 }
 
-struct result run_mux(size_t nqueues, uint64_t events, int instr)
+/* One side's objects: the fabric replaying `s`, the mux, its connections made from `tmpl`. */
+struct mux_run {
+	struct stream s;
+	struct bench_fabric *b;
+	struct mux m;
+	struct mux_conn **cs;
+	size_t n;
+	double bytes_per_queue;
+};
+
+static void mux_run_start(struct mux_run *r, size_t nqueues, const struct mux_conn *tmpl,
+			  uint64_t (*clock)(void))
 {
-	struct stream s = { .nqueues = nqueues };
-	struct bench_fabric *b = replay_fabric_new(nqueues, mux_index_of, &s);
-	struct mux m = { .fabric = &b->f, .ops = b->f.ops, .rng = 0x9e3779b97f4a7c15ull };
-	struct mux_conn **cs = malloc(nqueues * sizeof(*cs));
-	struct mallinfo2 m0, m1;
-	struct result r;
-	uint64_t t0, ns, before;
-
 	const char *trace = getenv("BENCH_MUX_TRACE");
+	struct mallinfo2 m0, m1;
 
+	r->s = (struct stream){ .nqueues = nqueues };
+	r->b = replay_fabric_new(nqueues, mux_index_of, &r->s);
+	r->m = (struct mux){ .fabric = &r->b->f, .ops = r->b->f.ops, .rng = 0x9e3779b97f4a7c15ull,
+			     .clock = clock };
+	r->cs = malloc(nqueues * sizeof(*r->cs));
+	r->n = nqueues;
 	if (trace && *trace)
-		m.trace = trace_stderr;
-	m.timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (!cs || m.timerfd < 0)
+		r->m.trace = trace_stderr;
+	r->m.timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (!r->cs || r->m.timerfd < 0)
 		abort();
 	m0 = mallinfo2();
 	for (size_t i = 0; i < nqueues; i++) {
-		struct mux_conn *c = calloc(1, sizeof(*c));
+		struct mux_conn *c = malloc(sizeof(*c));
 
 		if (!c)
 			abort();
-		*c = (struct mux_conn){
-			.m = &m, .ulp = &bench_ulp, .index = i, .state = MUX_IDLE,
-			.timer = { .idx = UINT32_MAX },
-			.policy = { .initial_delay_ms = 3600000, .max_delay_ms = 3600000,
-				    .multiplier_pct = 200, .jitter_pct = 10 },
-			.timeout_ms = { [MUX_ADDR] = 3600000 + 1000, [MUX_ROUTE] = 3600000 + 1000,
-					[MUX_CONNECTING] = 3600000, [MUX_DISCONNECTING] = 2000,
-					[MUX_DRAINING] = 3600000, [MUX_CLOSING] = 3600000 },
-		};
-		cs[i] = c;
-		b->ids[i].owner = c;
+		*c = *tmpl;
+		c->m = &r->m;
+		c->index = i;
+		r->cs[i] = c;
+		r->b->ids[i].owner = c;
 	}
 	m1 = mallinfo2();
+	r->bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
 	for (size_t i = 0; i < nqueues; i++)
-		mux_push(&m, cs[i], QSM_EV_CONNECT, 0);
-	while (mux_dispatch(&m, 4096) > 0) {
+		mux_push(&r->m, r->cs[i], QSM_EV_CONNECT, 0);
+	while (mux_dispatch(&r->m, 4096) > 0) {
 	}
-	s.end = events;
-	before = m.cnt.dispatched;
+}
+
+static void mux_run_end(struct mux_run *r, const char *what, uint64_t events, uint64_t ns)
+{
+	struct mux *m = &r->m;
+
+	if (m->cnt.unexpected || m->cnt.dropped)
+		fprintf(stderr, "mux: %llu unexpected, %llu dropped events\n",
+			(unsigned long long)m->cnt.unexpected, (unsigned long long)m->cnt.dropped);
+	if (getenv("BENCH_DEBUG"))
+		fprintf(stderr, "mux%s: %zu queues: %llu events, %.3f s, popped %llu dropped %llu "
+			"reconnects %llu\n", what, r->n, (unsigned long long)events, (double)ns / 1e9,
+			(unsigned long long)m->cnt.popped, (unsigned long long)m->cnt.dropped,
+			(unsigned long long)m->cnt.reconnects);
+	for (size_t i = 0; i < r->n; i++) {
+		mux_close(r->cs[i]);
+		if (!r->cs[i]->refs)
+			free(r->cs[i]);
+	}
+	free(r->cs);
+	free(m->ring);
+	free(m->heap);
+	close(m->timerfd);
+	r->b->f.ops->destroy(&r->b->f);
+}
+
+/* A connection as the ULP configures it: `ms` the backoff and step timeouts (the address and
+ * route steps 1000 ms more, as qsm's), no jitter in the timer case. */
+static struct mux_conn mux_tmpl(uint32_t ms, uint32_t jitter_pct)
+{
+	return (struct mux_conn){
+		.ulp = &bench_ulp, .state = MUX_IDLE, .timer = { .idx = UINT32_MAX },
+		.policy = { .initial_delay_ms = ms, .max_delay_ms = ms, .multiplier_pct = 200,
+			    .jitter_pct = jitter_pct },
+		.timeout_ms = { [MUX_ADDR] = ms + 1000, [MUX_ROUTE] = ms + 1000, [MUX_CONNECTING] = ms,
+				[MUX_DISCONNECTING] = 2000, [MUX_DRAINING] = ms, [MUX_CLOSING] = ms },
+	};
+}
+
+static uint64_t vclock(void)
+{
+	return bench_vclock_ns;
+}
+
+/* Milliseconds to the earliest timer key (rounded up, at least 1), as qsm_ctx_next_timeout_ms. */
+static uint64_t mux_next_timeout_ms(const struct mux *m)
+{
+	uint64_t now = vclock(), key = m->heap_len ? m->heap[0]->timer.key_ns : now;
+
+	return key > now ? (key - now + 999999) / 1000000 : 1;
+}
+
+/* The measured loop: dispatch until idle; in the timer case (rounds > 0) that many times, the
+ * virtual clock moved to the next timer before each. */
+static struct result mux_measure(struct mux_run *run, uint64_t rounds, int instr)
+{
+	struct result r = { 0 };
+	uint64_t before = run->m.cnt.dispatched, t0, ns;
+
 	t0 = measure_start(instr);
-	while (mux_dispatch(&m, 4096) > 0) {
+	for (uint64_t k = 0; k < (rounds ? rounds : 1); k++) {
+		if (rounds)
+			bench_vclock_ns += mux_next_timeout_ms(&run->m) * 1000000ull;
+		while (mux_dispatch(&run->m, 4096) > 0) {
+		}
 	}
 	ns = measure_stop(instr, t0);
-	if (m.cnt.unexpected || m.cnt.dropped)
-		fprintf(stderr, "mux: %llu unexpected, %llu dropped events\n",
-			(unsigned long long)m.cnt.unexpected, (unsigned long long)m.cnt.dropped);
-	r.events = m.cnt.dispatched - before;
-	if (getenv("BENCH_DEBUG"))
-		fprintf(stderr, "mux: %zu queues: %llu events, %.3f s, popped %llu dropped %llu "
-			"reconnects %llu\n", nqueues, (unsigned long long)r.events, (double)ns / 1e9,
-			(unsigned long long)m.cnt.popped, (unsigned long long)m.cnt.dropped,
-			(unsigned long long)m.cnt.reconnects);
+	r.events = run->m.cnt.dispatched - before;
 	r.ns_per_event = r.events ? (double)ns / (double)r.events : 0;
-	r.bytes_per_queue = (double)(m1.uordblks - m0.uordblks) / (double)nqueues;
-	for (size_t i = 0; i < nqueues; i++) {
-		mux_close(cs[i]);
-		if (!cs[i]->refs)
-			free(cs[i]);
-	}
-	free(cs);
-	free(m.ring);
-	free(m.heap);
-	close(m.timerfd);
-	b->f.ops->destroy(&b->f);
+	r.bytes_per_queue = run->bytes_per_queue;
+	mux_run_end(run, rounds ? " timers" : "", r.events, ns);
 	return r;
+}
+
+struct result run_mux(size_t nqueues, uint64_t events, int instr)
+{
+	const struct mux_conn tmpl = mux_tmpl(3600000, 10);
+	struct mux_run run;
+
+	mux_run_start(&run, nqueues, &tmpl, now_ns);
+	run.s.end = events;
+	return mux_measure(&run, 0, instr);
+}
+
+struct result run_mux_timers(size_t nqueues, uint64_t rounds, int instr)
+{
+	const struct mux_conn tmpl = mux_tmpl(BENCH_TIMER_MS, 0);
+	struct mux_run run;
+
+	bench_vclock_ns = BENCH_VCLOCK_START;
+	mux_run_start(&run, nqueues, &tmpl, vclock);
+	return mux_measure(&run, rounds ? rounds : 1, instr);
 }
