@@ -285,11 +285,17 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 			for (int i = 0; i < got; i++)
 				n += wc_take(f, &wc[i], &cqe[n]);
 			if (n == max) {
-				/* full: this CQ and device go last, so the others are polled first next */
-				qsm_list_del(&c->node);
-				qsm_list_add_tail(&d->cqs, &c->node);
-				qsm_list_del(&d->node);
-				qsm_list_add_tail(&f->devs, &d->node);
+				/* full: this CQ and device go last, so the others are polled first next
+				 * (each moved only if it is not last already: one CQ on one device,
+				 * the common case, moves nothing) */
+				if (c->node.next != &d->cqs) {
+					qsm_list_del(&c->node);
+					qsm_list_add_tail(&d->cqs, &c->node);
+				}
+				if (d->node.next != &f->devs) {
+					qsm_list_del(&d->node);
+					qsm_list_add_tail(&f->devs, &d->node);
+				}
 				return n;
 			}
 		}
