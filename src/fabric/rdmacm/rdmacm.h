@@ -361,24 +361,6 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 void qsm_rc_wq_flush_heads(struct qsm_fid *id);
 /* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
 enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
-/* A receive's imm data and invalidation (recv_wc, when its wc_flags carry any). */
-void qsm_rc_recv_flags(const struct ibv_wc *wc, struct qsm_fabric_wc *w);
-/* A successful receive, written in place: what arrived (a SEND or a WRITE_WITH_IMM), its length,
- * imm data, invalidation; wr_id is the caller's to write.  Inline: once per completion. */
-static inline void qsm_rc_recv_wc(const struct ibv_wc *wc, struct qsm_fabric_wc *w)
-{
-	w->status = QSM_WC_SUCCESS;
-	w->opcode = QSM_WR_RECV;
-	w->byte_len = wc->byte_len;
-	w->imm_data = 0;
-	w->invalidated_rkey = 0;
-	w->wc_flags = 0;
-	if (__builtin_expect(wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM, 0))
-		w->opcode = QSM_WR_RECV_RDMA_WITH_IMM;
-	if (__builtin_expect(wc->wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK), 0))
-		qsm_rc_recv_flags(wc, w);
-}
-
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
 /* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
 void qsm_rc_last_wqe(struct qsm_fid *id);

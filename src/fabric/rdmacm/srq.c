@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "fabric/rdmacm/rdmacm.h"
+#include "fabric/rdmacm/wc.h"
 
 #define SRQ_MAX_WR 65536u            /* a slot's index is 16 bits of the tag */
 

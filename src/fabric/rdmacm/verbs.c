@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fabric/rdmacm/rdmacm.h"
+#include "fabric/rdmacm/wc.h"
 
 /* A WR posted once the QP was known to be in ERR: flushed by us, behind the ring. */
 struct rc_late {

@@ -1,6 +1,7 @@
 /* rdma-qsm: what the rdmacm fabric's work queues share with its SRQs: completion statuses and
  * receives as the runtime sees them, and SGEs made verbs'. */
 #include "fabric/rdmacm/rdmacm.h"
+#include "fabric/rdmacm/wc.h"
 
 /* Every ibv_wc_status by name (STYLE: foreign enums mapped explicitly); one this build's
  * rdma-core does not define is GENERAL_ERR, counted in wc_unknown and shown by
