@@ -19,6 +19,14 @@
  * what survives the sharing: every message's length, the receives' order, and the body (every
  * message has the same bytes, so a buffer being written while compared still compares equal)
  * in a receive buffer that starts zeroed.
+ *
+ * The same work per message as perftest 4.5 (Debian 12's; src/perftest_resources.c run_iter_bw):
+ * one WR per post (its post_list 1), the same WRs signaled (i % cq_mod == cq_mod - 1, and the
+ * last), the same tx depth, completions polled 16 at a time (its CTX_POLL_BATCH, the rdmacm
+ * fabric's batch), and nothing inline: perftest's default inline size applies to its latency
+ * tests only (ctx_set_max_inline sets 0 for a BW test) and is 0 on any device it does not
+ * know, rxe among them (its log says "Max inline data : 0[B]"), so its 64 B writes and sends
+ * are gathered from the registered buffer, as qsm-bw's are.
  */
 #include <arpa/inet.h>
 #include <endian.h>

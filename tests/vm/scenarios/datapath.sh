@@ -5,23 +5,26 @@
 # depth (-r, send) and iterations (-n) on both command lines, and the same memory: qsm-bw -B uses
 # one message buffer per side, as perftest does (a slot per message touched 8 MiB at the client
 # and 32 MiB at the server where perftest touches 64 KiB).  Runs alternate (perftest, qsm,
-# perftest, qsm, ...) so that noise hits both.  After a figure's rounds one more qsm-bw run,
+# perftest, qsm, ...) so that noise hits both, and rounds go over every figure in turn, so that
+# each figure's runs spread over the boot.  After the rounds one more qsm-bw run per figure,
 # untimed, a quarter of the iterations, a slot per message (no -B), checks every message's
-# sequence number at both ends.  Prints a table and one line per figure:
-#   ratio send_bw_64 qsm/perftest X.XX     (BW average ratio, > 1 = qsm faster)
+# sequence number at both ends.  Prints a table and one line per figure, judged on the median
+# of the rounds' ratios (each round's qsm run over the perftest run just before it):
+#   ratio send_bw_64 qsm/perftest X.XX range LO-HI (N rounds)   (BW average, > 1 = qsm faster)
 # The ratios are figures, not thresholds: the scenario fails only if a qsm-bw transfer fails,
 # its data is wrong (qsm-bw checks every message's sequence number and the bodies; perftest
 # checks nothing), or it errs or hangs (every run is bounded).  A perftest run that fails twice
 # leaves its round without a perftest figure (shown, with its logs): the baseline's own failure
-# says nothing about qsm.
+# says nothing about qsm.  A round starts only if it fits before the VM's deadline
+# (QSM_VM_TIMEOUT), judged by the longest round so far; fewer rounds are said so.
 #   tests/vm/run tests/vm/scenarios/datapath.sh [ROUNDS [QSM_BW_BINARY]]
-# ROUNDS (default 2): perftest/qsm pairs per figure.  Iterations: QSM_DATAPATH_ITERS="64:N
-# 4096:N 65536:N" (default 20000, 5000 and 1000: ~0.5 s, 0.4 s, 1 s of transfer each).
+# ROUNDS (default 5).  Iterations: QSM_DATAPATH_ITERS="64:N 4096:N 65536:N" (default 20000,
+# 5000 and 1000: ~0.5 s, 0.4 s, 1 s of transfer each).
 set -u
 # shellcheck source=tests/vm/lib.sh
 . "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
-rounds=${1:-2}
+rounds=${1:-5}
 bin=${2:-${QSM_BW_BIN:-./examples/qsm-bw}}
 addr=${QSM_VM_ADDR:-192.0.2.1}
 dev=${QSM_VM_DEV:-rxe0}
@@ -145,65 +148,108 @@ for spec in $iters_spec; do
 done
 sizes=(64 4096 65536)
 declare -A size_name=([64]=64 [4096]=4k [65536]=64k)
-declare -A pt_sum qsm_sum pt_all qsm_all
-t_start=$(usec)
+figs=()
 for mode in send write; do
 	for size in "${sizes[@]}"; do
-		iters=${iters_of[$size]:-1000}
-		fig=${mode}_bw_${size_name[$size]}
-		pt_sum[$fig]=0 qsm_sum[$fig]=0 pt_all[$fig]='' qsm_all[$fig]=''
-		echo "== $fig: ib_${mode}_bw -R -s $size -n $iters -t $tx_depth -Q $cq_mod$([[ $mode == send ]] && echo " -r $rx_depth")  vs  qsm-bw -m $mode (same), $rounds round(s)"
-		for ((r = 1; r <= rounds; r++)); do
-			t0=$(usec)
-			pt_rc=0
-			run_perftest "$mode" "$size" "$iters" "$fig-$r" || pt_rc=$?
-			pt_bw=-
-			if ((pt_rc)); then
-				:   # failed twice: no perftest figure this round; qsm's run is still checked
-			elif awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
-				pt_bw=$bw
-				pt_sum[$fig]=$(awk -v a="${pt_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
-				pt_all[$fig]+=" $bw"
-			else
-				# seen once: ib_send_bw exiting 0 with a BW average of 0.00, a reading, not a
-				# rate; averaging it in would halve perftest's figure
-				echo "   round $r: perftest reported $bw MB/s although it exited 0: left out of its average"
-			fi
-			t1=$(usec)
-			run_qsm "$mode" "$size" "$iters" "$fig-$r" -B || continue
-			qsm_sum[$fig]=$(awk -v a="${qsm_sum[$fig]}" -v b="$bw" 'BEGIN { print a + b }')
-			qsm_all[$fig]+=" $bw"
-			((r == 1)) && grep -h '^qsm rdmacm: .*' "$out/$fig-$r-qsm-server.log" "$out/$fig-$r-qsm-client.log" |
-				sed 's/^/   /' | head -n 4
-			echo "   round $r: perftest $pt_bw MB/s ($(((t1 - t0) / 1000)) ms),  qsm ${qsm_all[$fig]##* } MB/s ($((($(usec) - t1) / 1000)) ms)"
-		done
-		# every message's sequence number, a slot each: not a figure, a check
-		run_qsm "$mode" "$size" "$(((iters + 3) / 4))" "$fig-checked" &&
-			echo "   checked (a slot per message, sequence numbers at both ends): $bw MB/s, data ok"
+		figs+=("${mode}_bw_${size_name[$size]}")
 	done
 done
-echo "== scenario time for the runs: $((($(usec) - t_start) / 1000)) ms"
+fig_mode() { echo "${1%%_*}"; }
+fig_size() { local n=${1##*_}; case $n in 64) echo 64 ;; 4k) echo 4096 ;; 64k) echo 65536 ;; esac; }
+declare -A pt_all qsm_all ratio_all
+for fig in "${figs[@]}"; do
+	pt_all[$fig]='' qsm_all[$fig]='' ratio_all[$fig]=''
+done
 
-echo "== BW average, MB/sec (2^20 bytes/s), client side; every run (perftest, qsm alternating)"
-printf '%-16s %8s %10s %12s %10s %s\n' figure iters perftest qsm ratio "runs (perftest | qsm)"
-ratios=()
-for mode in send write; do
-	for size in "${sizes[@]}"; do
-		fig=${mode}_bw_${size_name[$size]}
-		np=$(wc -w <<<"${pt_all[$fig]}")
-		nq=$(wc -w <<<"${qsm_all[$fig]}")
-		if ((np == 0 || nq == 0)); then
-			printf '%-16s %8s %10s %12s %10s\n' "$fig" "${iters_of[$size]:-1000}" - - -
-			ratios+=("ratio $fig qsm/perftest n/a (a run failed)")
-			continue
+# The VM's deadline (QSM_VM_TIMEOUT, from qemu's launch: the guest's uptime is close to it)
+# bounds the rounds: a round starts only if it, the checked runs after the last and a margin
+# fit before it, judged by the longest round so far (a loaded host slows everything at once).
+deadline_s=${QSM_VM_TIMEOUT:-0}
+uptime_s() { local u _; read -r u _ </proc/uptime; echo "${u%.*}"; }
+round_max_ms=0
+
+for fig in "${figs[@]}"; do
+	mode=$(fig_mode "$fig") size=$(fig_size "$fig")
+	echo "== $fig: ib_${mode}_bw -R -s $size -n ${iters_of[$size]:-1000} -t $tx_depth -Q $cq_mod$([[ $mode == send ]] && echo " -r $rx_depth")  vs  qsm-bw -m $mode -B (same)"
+done
+echo "== $rounds round(s); each runs every figure, perftest then qsm-bw, so that a figure's runs spread over the boot"
+t_start=$(usec)
+rounds_run=0
+for ((r = 1; r <= rounds; r++)); do
+	if ((r > 1 && deadline_s > 0)); then
+		need=$(((round_max_ms * 3 / 2 + round_max_ms / 2 + 999) / 1000 + 30))
+		if (($(uptime_s) + need > deadline_s)); then
+			echo "== round $r not started: ~$need s more would pass the VM's deadline ($deadline_s s, uptime $(uptime_s) s)"
+			break
 		fi
-		row=$(awk -v p="${pt_sum[$fig]}" -v q="${qsm_sum[$fig]}" -v np="$np" -v nq="$nq" \
-			'BEGIN { printf "%.2f %.2f %.2f", p / np, q / nq, (q / nq) / (p / np) }')
-		read -r pm qm ratio <<<"$row"
-		printf '%-16s %8s %10s %12s %10s %s |%s\n' "$fig" "${iters_of[$size]:-1000}" "$pm" "$qm" \
-			"$ratio" "${pt_all[$fig]# }" "${qsm_all[$fig]}"
-		ratios+=("ratio $fig qsm/perftest $ratio")
+	fi
+	t_round=$(usec)
+	for fig in "${figs[@]}"; do
+		mode=$(fig_mode "$fig") size=$(fig_size "$fig") iters=${iters_of[$size]:-1000}
+		t0=$(usec)
+		pt_rc=0
+		run_perftest "$mode" "$size" "$iters" "$fig-$r" || pt_rc=$?
+		pt_bw=
+		if ((pt_rc)); then
+			:   # failed twice: no perftest figure this round; qsm's run is still checked
+		elif awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
+			pt_bw=$bw
+			pt_all[$fig]+=" $bw"
+		else
+			# seen once: ib_send_bw exiting 0 with a BW average of 0.00, a reading, not a
+			# rate; counting it would halve perftest's figure
+			echo "   $fig round $r: perftest reported $bw MB/s although it exited 0: left out"
+		fi
+		t1=$(usec)
+		run_qsm "$mode" "$size" "$iters" "$fig-$r" -B || continue
+		qsm_all[$fig]+=" $bw"
+		[[ -n $pt_bw ]] && ratio_all[$fig]+=" $(awk -v q="$bw" -v p="$pt_bw" 'BEGIN { printf "%.4f", q / p }')"
+		if ((r == 1)); then
+			# what perftest says it inlines (4.5: nothing in a BW test, nothing on a device it
+			# does not know, rxe among them; qsm-bw posts nothing inline either)
+			grep -h -m1 'Max inline data' "$out/$fig-$r-perftest-client.log" 2>/dev/null | sed "s/^ */   $fig perftest: /"
+			grep -h '^qsm rdmacm: .*' "$out/$fig-$r-qsm-server.log" "$out/$fig-$r-qsm-client.log" |
+				sed 's/^/   /' | head -n 4
+		fi
+		printf '   %-12s round %d: perftest %8s MB/s (%5d ms),  qsm %8s MB/s (%5d ms)\n' "$fig" "$r" \
+			"${pt_bw:--}" $(((t1 - t0) / 1000)) "$bw" $((($(usec) - t1) / 1000))
 	done
+	ms=$((($(usec) - t_round) / 1000))
+	((ms > round_max_ms)) && round_max_ms=$ms
+	rounds_run=$r
+	echo "   round $r: $ms ms"
+done
+# every message's sequence number, a slot each: not a figure, a check
+for fig in "${figs[@]}"; do
+	mode=$(fig_mode "$fig") size=$(fig_size "$fig") iters=${iters_of[$size]:-1000}
+	run_qsm "$mode" "$size" "$(((iters + 3) / 4))" "$fig-checked" &&
+		echo "   $fig checked (a slot per message, sequence numbers at both ends): $bw MB/s, data ok"
+done
+echo "== scenario time for the runs: $((($(usec) - t_start) / 1000)) ms, $rounds_run round(s)"
+
+# median and range of a list of numbers: "MEDIAN MIN MAX N"
+stats() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END {
+	if (NR == 0) { print "- - - 0"; exit }
+	m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+	printf "%.2f %.2f %.2f %d\n", m, v[1], v[NR], NR }'; }
+
+echo "== BW average, MB/sec (2^20 bytes/s), client side: medians of the rounds; the ratio is the median"
+echo "   of each round's qsm/perftest (the two runs next to each other), its range the lowest and highest"
+printf '%-14s %7s %10s %10s %7s %11s  %s\n' figure iters perftest qsm ratio range "runs (perftest | qsm)"
+ratios=()
+for fig in "${figs[@]}"; do
+	size=$(fig_size "$fig")
+	read -r pm _ _ _ <<<"$(stats "${pt_all[$fig]}")"
+	read -r qm _ _ _ <<<"$(stats "${qsm_all[$fig]}")"
+	read -r rm rlo rhi rn <<<"$(stats "${ratio_all[$fig]}")"
+	if ((rn == 0)); then
+		printf '%-14s %7s %10s %10s %7s %11s\n' "$fig" "${iters_of[$size]:-1000}" "$pm" "$qm" - -
+		ratios+=("ratio $fig qsm/perftest n/a (no round with both figures)")
+		continue
+	fi
+	printf '%-14s %7s %10s %10s %7s %11s  %s |%s\n' "$fig" "${iters_of[$size]:-1000}" "$pm" "$qm" \
+		"$rm" "$rlo-$rhi" "${pt_all[$fig]# }" "${qsm_all[$fig]}"
+	ratios+=("ratio $fig qsm/perftest $rm range $rlo-$rhi ($rn rounds)")
 done
 printf '%s\n' "${ratios[@]}"
 
