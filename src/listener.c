@@ -107,7 +107,7 @@ static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const
 /* An edge of sm/listener.rl (sm/edges.h), its actions in order. */
 #define LISTENER_ACTION(a) run_action(l, a, it);
 #define LISTENER_EDGE(from, event, to, timeout, final, actions) \
-	case QSM_EDGE_KEY(from, event): \
+	case (event): \
 		if ((to) != (from)) \
 			qsm_timer_cancel(ctx, &l->timer); \
 		actions \
@@ -129,12 +129,9 @@ static void listener_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		goto release_request;
 	}
 	qsm_step_counted(ctx, it->event);
-	switch (QSM_EDGE_KEY(l->state, it->event)) {
-	QSM_EDGES_LISTENER(LISTENER_EDGE, LISTENER_ACTION)
-	default:
-		qsm_step_unexpected(ctx, "listener", l->cls->name, l->obj.serial, lstate(l->state),
-				    it->event, it->status);
-	}
+	QSM_SWITCH_LISTENER(l->state, it->event, LISTENER_EDGE, LISTENER_ACTION,
+			    qsm_step_unexpected(ctx, "listener", l->cls->name, l->obj.serial,
+						lstate(l->state), it->event, it->status))
 
 release_request:
 	/* A request that reached no listener still owns an id: refuse it, never leak it. */

@@ -11,7 +11,9 @@
  *     EDGE(from, event, to, timeout, final, A(action) A(action) ...)
  * per edge, in state then event order, with the enum names of the states, the event and the
  * actions, `timeout` the step timeout the target state arms on arrival (QSM_STEP_*) and
- * `final` 1 when the target is the machine's final state; and qsm_edges_m_has(state, event).  It walks the machines Ragel
+ * `final` 1 when the target is the machine's final state; QSM_SWITCH_M(state, event, EDGE, A,
+ * NO_EDGE), the same edges as a switch on the state holding a switch on the event (so EDGE
+ * starts with `case (event):`, and NO_EDGE is what no edge does); and qsm_edges_m_has().  It walks the machines Ragel
  * compiled (their exec), so it is exact whatever the .rl's expressions look like; and it pins
  * each state's enum value to the machine's, so that a state named twice cannot drift.
  */
@@ -51,45 +53,74 @@ static void upper_name(const char *s)
 	fputs(buf, stdout);
 }
 
+/* One edge of sm (state s, event ev), or -1: none. */
+static int edge_of(const struct qsm_sm *sm, int s, int ev, struct qsm_edge *e)
+{
+	int cs = qsm_sm_cs(sm, s);
+
+	/* a final state takes no event (its .rl says zlen), whatever exec says */
+	if (cs < 0 || s == sm->final_state || sm->exec(&cs, ev, e) < 0 || e->target < 0 ||
+	    e->target >= sm->nstates)
+		return -1;
+	return 0;
+}
+
+static void print_edge(enum qsm_machine m, const struct qsm_sm *sm, int s, int ev,
+		       const struct qsm_edge *e, const char *indent)
+{
+	printf("%sEDGE(%s%s, QSM_EV_%s, %s%s, %s, %d,", indent, prefix[m], sm->state_names[s],
+	       qsm_event_name(ev), prefix[m], sm->state_names[e->target],
+	       timeout_names[sm->facts[e->target].timeout], e->target == sm->final_state);
+	for (unsigned int i = 0; i < e->nactions; i++) {
+		printf(" A(QSM_ACT_");
+		upper_name(qsm_action_name(e->actions[i]));
+		printf(")");
+	}
+	printf(") \\\n");
+}
+
 static int machine(enum qsm_machine m)
 {
 	const struct qsm_sm *sm = qsm_sm_get(m);
+	struct qsm_edge e;
 	int edges = 0;
 
 	printf("\n/* %s: sm/%s.rl */\n", sm->name, sm->name);
-	for (int s = 0; s < sm->nstates; s++)
+	for (int s = 0; s < sm->nstates; s++) {
+		if (qsm_sm_cs(sm, s) < 0) {
+			fprintf(stderr, "qsm-edges: %s: state %s unreachable\n", sm->name,
+				sm->state_names[s]);
+			return -1;
+		}
 		printf("_Static_assert(%s%s == %d, \"sm/%s.rl numbers %s as %d\");\n", prefix[m],
 		       sm->state_names[s], s, sm->name, sm->state_names[s], s);
+	}
+
+	/* the flat list */
 	printf("#define QSM_EDGES_");
 	upper_name(sm->name);
 	printf("(EDGE, A) \\\n");
-	for (int s = 0; s < sm->nstates; s++) {
-		for (int ev = 1; ev < QSM_EV_LIMIT; ev++) {
-			struct qsm_edge e;
-			int cs = qsm_sm_cs(sm, s);
-
-			if (cs < 0) {
-				fprintf(stderr, "qsm-edges: %s: state %s unreachable\n", sm->name,
-					sm->state_names[s]);
-				return -1;
+	for (int s = 0; s < sm->nstates; s++)
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
+			if (edge_of(sm, s, ev, &e) == 0) {
+				print_edge(m, sm, s, ev, &e, "\t");
+				edges++;
 			}
-			/* a final state takes no event (its .rl says zlen), whatever exec says */
-			if (s == sm->final_state || sm->exec(&cs, ev, &e) < 0 || e.target < 0 ||
-			    e.target >= sm->nstates)
-				continue;
-			printf("\tEDGE(%s%s, QSM_EV_%s, %s%s, %s, %d,", prefix[m], sm->state_names[s],
-			       qsm_event_name(ev), prefix[m], sm->state_names[e.target],
-			       timeout_names[sm->facts[e.target].timeout], e.target == sm->final_state);
-			for (unsigned int i = 0; i < e.nactions; i++) {
-				printf(" A(QSM_ACT_");
-				upper_name(qsm_action_name(e.actions[i]));
-				printf(")");
-			}
-			printf(") \\\n");
-			edges++;
-		}
-	}
 	printf("\t/* %d edges */\n\n", edges);
+
+	/* the step: a switch on the state, in each a switch on the event, one case an edge */
+	printf("#define QSM_SWITCH_");
+	upper_name(sm->name);
+	printf("(state, event, EDGE, A, NO_EDGE) \\\n\tswitch (state) { \\\n");
+	for (int s = 0; s < sm->nstates; s++) {
+		printf("\tcase %s%s: \\\n\t\tswitch (event) { \\\n", prefix[m], sm->state_names[s]);
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
+			if (edge_of(sm, s, ev, &e) == 0)
+				print_edge(m, sm, s, ev, &e, "\t\t");
+		printf("\t\tdefault: \\\n\t\t\tNO_EDGE; \\\n\t\t} \\\n\t\tbreak; \\\n");
+	}
+	printf("\tdefault: \\\n\t\tNO_EDGE; \\\n\t}\n\n");
+
 	/* whether an edge is there (a downcall's -ENOMSG, the registry's fan-out) */
 	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n"
 	       "\tswitch (QSM_EDGE_KEY(state, event)) {\n\tQSM_EDGES_", sm->name);

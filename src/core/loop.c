@@ -198,21 +198,25 @@ static unsigned dispatch_left(struct qsm_ctx *ctx, unsigned room)
 
 /* Once a pass, inline: its frame (an event, a batch) would otherwise keep it out of line, at a
  * call per event. */
-static inline int take_fabric_event(struct qsm_ctx *ctx, unsigned room) __attribute__((always_inline));
+static inline int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item *it)
+	__attribute__((always_inline));
 
 /*
- * Ask the fabric once, into an empty FIFO with no batch left, for at most `room` completions:
- * a batch goes to the queues' handlers (the number dispatched), any other event into the FIFO
- * addressed to whoever must see it (0).
+ * Ask the fabric once, with the FIFO empty and no batch left, for at most `room` completions:
+ * a batch goes to the queues' handlers (the number dispatched); any other event is written to
+ * *it, addressed to whoever must see it, to be dispatched at once (0, it->target set; NULL:
+ * nothing to dispatch).  Nothing is queued ahead of it, so it need not pass through the FIFO.
  */
-static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
+static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item *it)
 {
 	struct qsm_fabric_cqe cqe[QSM_FABRIC_CQE_BATCH];
 	struct qsm_fabric_event ev;
 	struct qsm_obj *target;
-	struct qsm_item *it;
-	int r = ctx->ops->get_event(ctx->fabric, &ev, cqe,
-				    room < QSM_FABRIC_CQE_BATCH ? (int)room : QSM_FABRIC_CQE_BATCH);
+	int r;
+
+	it->target = NULL;
+	r = ctx->ops->get_event(ctx->fabric, &ev, cqe,
+				room < QSM_FABRIC_CQE_BATCH ? (int)room : QSM_FABRIC_CQE_BATCH);
 
 	if (r < 0)
 		return r;
@@ -238,12 +242,6 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
 		refuse_request(ctx, &ev);
 		return 0;
 	}
-	r = qsm_fifo_push(ctx, &it);
-	if (r < 0) {
-		refuse_request(ctx, &ev);
-		ctx->counters.orphans++;
-		return r;
-	}
 	it->target = target;
 	it->id = ev.id;
 	it->srq = ev.srq;
@@ -252,7 +250,7 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room)
 	it->status = ev.status;
 	it->pdata_len = 0;
 	if (ev.private_data_len && qsm_item_set_pdata(it, ev.private_data, ev.private_data_len) < 0) {
-		ctx->fifo_len--;   /* the slot just pushed goes back */
+		it->target = NULL;
 		refuse_request(ctx, &ev);
 		ctx->counters.orphans++;
 		return -ENOMEM;
@@ -279,7 +277,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			qsm_pass_clock(ctx);  /* ... as a timer's expiry is, at once (if it may be due) */
 	}
 	while (n < budget) {
-		struct qsm_item *it;
+		struct qsm_item *it, now;
 
 		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
 			n += dispatch_left(ctx, budget - n);   /* what a batch left, behind the FIFO */
@@ -291,15 +289,17 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		if (!ctx->fifo_len)
 			qsm_timers_fire(ctx);
 		if (!ctx->fifo_len) {
-			int r = take_fabric_event(ctx, budget - n);
+			int r = take_fabric_event(ctx, budget - n, &now);
 
 			if (r < 0)
 				break;
 			n += (unsigned)r;   /* completions, straight to their queues' handlers */
+			if (!now.target)
+				continue;
+			it = &now;
+		} else {
+			it = qsm_fifo_pop(ctx);
 		}
-		if (!ctx->fifo_len)
-			continue;
-		it = qsm_fifo_pop(ctx);
 		ctx->counters.popped++;
 		it->target->ops->dispatch(it->target, it);
 		qsm_item_done(it);

@@ -22,7 +22,7 @@ static const char *state_name(const struct qsm_conn *q, int s)
 /* ---- the QP machine: fed by every modify, async event and error completion ---- */
 
 #define QP_EDGE(from, event, to, timeout, final, actions) \
-	case QSM_EDGE_KEY(from, event): \
+	case (event): \
 		q->qp_state = (uint8_t)(to); \
 		break;
 
@@ -30,11 +30,7 @@ static const char *state_name(const struct qsm_conn *q, int s)
 QSM_ALWAYS_INLINE void qp_feed(struct qsm_conn *q, int event)
 {
 	/* no QP (its final state): no edge there either */
-	switch (QSM_EDGE_KEY(q->qp_state, event)) {
-	QSM_EDGES_QP(QP_EDGE, QSM_EDGE_NO_ACTION)
-	default:
-		break;
-	}
+	QSM_SWITCH_QP(q->qp_state, event, QP_EDGE, QSM_EDGE_NO_ACTION, (void)0)
 }
 
 /* ---- handler calls: none once the queue is dead; non-zero return aborts it ---- */
@@ -358,7 +354,7 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 	if (run_action(q, a, info, it, to_) < 0) \
 		break;
 #define QUEUE_EDGE(from, event, to, timeout, final, actions) \
-	case QSM_EDGE_KEY(from, event): { \
+	case (event): { \
 		const int to_ = (to); \
 		leave(q, info, it, from, to_); \
 		do { \
@@ -370,20 +366,12 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 
 static void step_active(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
 {
-	switch (QSM_EDGE_KEY(q->state, it->event)) {
-	QSM_EDGES_CM_ID(QUEUE_EDGE, QUEUE_ACTION)
-	default:
-		unexpected(q, it);
-	}
+	QSM_SWITCH_CM_ID(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
 }
 
 static void step_passive(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
 {
-	switch (QSM_EDGE_KEY(q->state, it->event)) {
-	QSM_EDGES_ACCEPT(QUEUE_EDGE, QUEUE_ACTION)
-	default:
-		unexpected(q, it);
-	}
+	QSM_SWITCH_ACCEPT(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
 }
 
 /* One event through the queue's machine, and the ABORT edge after it if a handler refused. */

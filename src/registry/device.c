@@ -134,7 +134,7 @@ static const char *state_name(int s)
  * taken at once when the last queue lets go (or the ctx goes), not from the FIFO. */
 #define DEVICE_ACTION(a) run_action(d, a, status, srq);
 #define DEVICE_EDGE(from, event, to, timeout, final, actions) \
-	case QSM_EDGE_KEY(from, event): \
+	case (event): \
 		actions \
 		qsm_step_taken(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, \
 			       state_name(from), event, state_name(to), status); \
@@ -146,13 +146,10 @@ static void step(struct qsm_device *d, int event, int status, struct qsm_fsrq *s
 {
 	struct qsm_ctx *ctx = d->ctx;
 
-	switch (QSM_EDGE_KEY(d->state, event)) {
-	QSM_EDGES_DEVICE(DEVICE_EDGE, DEVICE_ACTION)
-	default:
-		/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
-		qsm_step_unexpected(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial,
-				    state_name(d->state), event, status);
-	}
+	/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
+	QSM_SWITCH_DEVICE(d->state, event, DEVICE_EDGE, DEVICE_ACTION,
+			  qsm_step_unexpected(ctx, "device", ctx->ops->device_name(d->fdev),
+					      d->obj.serial, state_name(d->state), event, status))
 }
 
 /* No more users: the entry goes (its memory once no queued event points at it). */
