@@ -11,6 +11,7 @@
 
 struct qsm_listener {
 	struct qsm_obj obj;
+	struct qsm_timer timer;
 	struct qsm_ctx *ctx;
 	uint8_t state;
 	bool dead;                  /* destroy was called: no new passive queue from now on */
@@ -21,9 +22,9 @@ struct qsm_listener {
 	struct qsm_reconnect_policy relisten;
 	struct qsm_timeouts timeouts;
 	uint32_t next_delay_ms;
-	struct qsm_timer timer;
 	void *user;
 };
+QSM_TIMER_AFTER_OBJ(struct qsm_listener);
 
 static const struct qsm_obj_ops listener_ops;
 
@@ -169,7 +170,6 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 	l->timeouts = o->timeouts;
 	l->user = o->user;
 	l->timer.heap_idx = UINT32_MAX;
-	l->timer.owner = &l->obj;
 	r = do_listen(l);
 	if (r == 0)
 		r = qsm_post(ctx, &l->obj, QSM_EV_LISTEN, 0);

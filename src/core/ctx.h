@@ -4,6 +4,7 @@
 #define QSM_CORE_CTX_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <qsm/ctx.h>
@@ -39,23 +40,41 @@ struct qsm_obj_ops {
 };
 struct qsm_obj {
 	const struct qsm_obj_ops *ops;
-	enum qsm_obj_kind kind;
 	uint32_t serial;
 	uint32_t refs;              /* queued events that point here; freed at 0 once closed */
 	uint32_t id_gen;            /* bumped whenever it lets go of an id: queued events of
 	                               an older id are stale (ids' addresses get reused) */
+	uint8_t kind;               /* enum qsm_obj_kind */
 	bool closed;                /* reached the final state: no more events, no callbacks */
 	struct qsm_list node;       /* ctx->objs[kind] */
 };
 
+/*
+ * An object's timer (one per object that has one: queues and listeners).  It holds no pointer
+ * to its owner: an owner keeps it right after its struct qsm_obj (QSM_TIMER_AFTER_OBJ where
+ * each is declared), and qsm_timer_owner() steps back to it.  24 bytes: one per queue.
+ */
 struct qsm_timer {
 	uint64_t deadline_ns;       /* when it fires, if armed */
 	uint64_t key_ns;            /* its place in the heap: <= deadline_ns (lazy re-arm) */
 	uint32_t heap_idx;          /* UINT32_MAX: not in the heap */
 	bool armed;
-	int event;                  /* QSM_EV_RETRY or QSM_EV_TIMEOUT */
-	struct qsm_obj *owner;
+	uint8_t event;              /* QSM_EV_RETRY or QSM_EV_TIMEOUT (< QSM_EV_LIMIT) */
 };
+
+_Static_assert(QSM_EV_LIMIT <= 256, "a timer keeps its event in a byte");
+
+/* Where an owner's timer must be: right after its struct qsm_obj, itself the owner's first
+ * member.  For a struct declared `{ struct qsm_obj obj; struct qsm_timer timer; ... }`. */
+#define QSM_TIMER_AFTER_OBJ(type)                                                        \
+	_Static_assert(offsetof(type, obj) == 0 &&                                       \
+		       offsetof(type, timer) == sizeof(struct qsm_obj),                  \
+		       #type ": its timer right after its qsm_obj")
+
+static inline struct qsm_obj *qsm_timer_owner(struct qsm_timer *t)
+{
+	return (struct qsm_obj *)(void *)((char *)t - sizeof(struct qsm_obj));
+}
 
 /* One event on its way to an object; private data copied in. */
 struct qsm_item {

@@ -119,7 +119,7 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 /* qsm_timer_arm() of a timer out of the heap, or to a deadline earlier than its key. */
 void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline)
 {
-	t->event = event;
+	t->event = (uint8_t)event;
 	t->deadline_ns = deadline;
 	t->armed = true;
 	if (t->heap_idx != UINT32_MAX) {
@@ -134,7 +134,7 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 		if (!n) {
 			/* Cannot wait: fire now rather than never. */
 			t->armed = false;
-			if (qsm_post(ctx, t->owner, event, -ENOMEM) == 0)
+			if (qsm_post(ctx, qsm_timer_owner(t), event, -ENOMEM) == 0)
 				ctx->counters.action_errors++;
 			return;
 		}
@@ -169,7 +169,7 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx)
 
 		qsm_timer_remove(ctx, t);
 		if (due)
-			qsm_post(ctx, t->owner, t->event, 0);
+			qsm_post(ctx, qsm_timer_owner(t), t->event, 0);
 	}
 }
 

@@ -48,7 +48,7 @@ QSM_ALWAYS_INLINE void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, i
 		qsm_timer_arm_slow(ctx, t, event, deadline);
 		return;
 	}
-	t->event = event;
+	t->event = (uint8_t)event;
 	t->deadline_ns = deadline;
 	t->armed = true;
 }

@@ -49,14 +49,12 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->obj.kind = QSM_OBJ_CONN;
 	q->obj.serial = ++ctx->next_serial;
 	q->ctx = ctx;
-	q->cls = cls;
 	q->passive = passive;
 	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
 	q->hs = vt->state[passive];
 	q->state = (uint8_t)q->sm->start_state;
 	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
 	q->timer.heap_idx = UINT32_MAX;
-	q->timer.owner = &q->obj;
 	q->du.obj = &q->obj;
 	qsm_list_init(&q->du.node);
 	qsm_list_init(&q->mrs);

@@ -8,13 +8,20 @@
 #include "core/core.h"
 #include "registry/registry.h"
 
+/*
+ * A queue: one allocation, its class's private area at its end.  Every byte counts a
+ * thousandfold (bench/dispatch prints bytes_per_queue): no holes, flags in bytes, its class
+ * reached through its table (vt->cls), its timer owned by position (QSM_TIMER_AFTER_OBJ).
+ */
 struct qsm_conn {
 	struct qsm_obj obj;
+	struct qsm_timer timer;
 	struct qsm_ctx *ctx;
-	const struct qsm_class *cls;
-	const struct qsm_vtable *vt;
+	const struct qsm_vtable *vt; /* its class's table (vt->cls: the class) */
 	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
 	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
+	struct qsm_fid *id;
+	struct qsm_srq *srq;         /* its QP's SRQ (its class asks for one), while it has a QP */
 	uint8_t state;
 	uint8_t qp_state;           /* the QP machine's state; its final state: no QP */
 	bool passive;
@@ -23,25 +30,23 @@ struct qsm_conn {
 	bool decided;               /* passive: accept or reject was called */
 	bool wc_error_queued;       /* this QP's first error completion had its WC_ERROR */
 	uint8_t pdata_len;          /* connect / accept / reject private data */
-	struct qsm_fid *id;
-	struct qsm_srq *srq;         /* its QP's SRQ (its class asks for one), while it has a QP */
-	struct qsm_dev_user du;      /* its device (du.dev), while it has one */
-	struct qsm_timer timer;
 	uint32_t attempts;
 	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
 	uint32_t next_delay_ms;
-	uint64_t lost_at_ns;
-	struct qsm_reconnect_policy policy;
-	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
-	union qsm_addr dst, src;
 	bool has_src;
+	uint64_t lost_at_ns;
+	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
+	struct qsm_reconnect_policy policy;
 	void *user;
+	struct qsm_dev_user du;      /* its device (du.dev), while it has one */
 	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
 	struct qsm_list mws;        /* struct qsm_mw.node: its memory windows */
 	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
 	                               queues send none, and a queue stays small */
+	union qsm_addr dst, src;
 	_Alignas(16) unsigned char priv[];
 };
+QSM_TIMER_AFTER_OBJ(struct qsm_conn);
 
 /* A memory region registered through a queue: released with its queue or its device. */
 struct qsm_mr {

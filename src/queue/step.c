@@ -303,7 +303,7 @@ static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_event_info info = { .event = 0 };
 
-	qsm_step_unexpected(q->ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, q->state),
+	qsm_step_unexpected(q->ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, q->state),
 			    it->event, it->status);
 	call(q, q->vt->unexpected, &info, it, q->state, q->state);
 }
@@ -333,7 +333,7 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 {
 	struct qsm_ctx *ctx = q->ctx;
 
-	qsm_step_taken(ctx, kind_of(q), q->cls->name, q->obj.serial, state_name(q, from), event,
+	qsm_step_taken(ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, from), event,
 		       state_name(q, to), it->status);
 	q->state = (uint8_t)to;
 	if (event == QSM_EV_RETRY)
