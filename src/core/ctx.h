@@ -22,6 +22,7 @@
 enum qsm_obj_kind { QSM_OBJ_LISTENER, QSM_OBJ_CONN, QSM_OBJ_DEVICE, QSM_OBJ_KINDS };
 struct qsm_obj;
 struct qsm_item;
+struct qsm_conn_cfg;
 struct qsm_obj_ops {
 	void (*dispatch)(struct qsm_obj *o, const struct qsm_item *it);
 	/* Completions c[0..n), each to its owner, in order, while the FIFO stays empty: how many
@@ -58,8 +59,8 @@ struct qsm_timer {
 	uint64_t deadline_ns;       /* when it fires, if armed */
 	uint64_t key_ns;            /* its place in the heap: <= deadline_ns (lazy re-arm) */
 	uint32_t heap_idx;          /* UINT32_MAX: not in the heap */
-	bool armed;
-	uint8_t event;              /* QSM_EV_RETRY or QSM_EV_TIMEOUT (< QSM_EV_LIMIT) */
+	uint8_t event;              /* what it fires, QSM_EV_RETRY or QSM_EV_TIMEOUT (< QSM_EV_LIMIT);
+	                               0 (never an event): disarmed */
 };
 
 _Static_assert(QSM_EV_LIMIT <= 256, "a timer keeps its event in a byte");
@@ -136,6 +137,10 @@ struct qsm_ctx {
 	struct qsm_list objs[QSM_OBJ_KINDS];   /* every live object, by kind */
 	struct qsm_list pools;
 	struct qsm_vtable *vtables;       /* one per class in use */
+	/* queue/'s settings shared by the queues made with equal ones (struct qsm_conn_cfg):
+	 * a hash set of cfgs_cap chains (a power of two; NULL while there is none) */
+	struct qsm_conn_cfg **cfgs;
+	uint32_t ncfgs, cfgs_cap;
 	/* Set by the layers above the loop, which the loop calls only through these:
 	 * DEVICE_ADDED that no object owns (the registry's fan-out), and what the layers
 	 * free with the ctx (class tables, pools), before the fabric goes. */

@@ -103,7 +103,7 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 {
 	uint32_t i = t->heap_idx;
 
-	t->armed = false;
+	t->event = 0;
 	if (i == UINT32_MAX)
 		return;
 	t->heap_idx = UINT32_MAX;
@@ -121,7 +121,6 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 {
 	t->event = (uint8_t)event;
 	t->deadline_ns = deadline;
-	t->armed = true;
 	if (t->heap_idx != UINT32_MAX) {
 		t->key_ns = deadline;
 		heap_up(ctx, t->heap_idx);
@@ -133,7 +132,7 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 
 		if (!n) {
 			/* Cannot wait: fire now rather than never. */
-			t->armed = false;
+			t->event = 0;
 			if (qsm_post(ctx, qsm_timer_owner(t), event, -ENOMEM) == 0)
 				ctx->counters.action_errors++;
 			return;
@@ -160,16 +159,16 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx)
 	while (ctx->heap_len && ctx->heap[0]->key_ns <= now) {
 		struct qsm_timer *t = ctx->heap[0];
 
-		if (t->armed && t->key_ns < t->deadline_ns) {
+		if (t->event && t->key_ns < t->deadline_ns) {
 			t->key_ns = t->deadline_ns;
 			heap_down(ctx, 0);
 			continue;
 		}
-		bool due = t->armed && t->event;
+		int event = t->event;
 
 		qsm_timer_remove(ctx, t);
-		if (due)
-			qsm_post(ctx, qsm_timer_owner(t), t->event, 0);
+		if (event)
+			qsm_post(ctx, qsm_timer_owner(t), event, 0);
 	}
 }
 

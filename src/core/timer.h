@@ -48,16 +48,15 @@ QSM_ALWAYS_INLINE void qsm_timer_arm(struct qsm_ctx *ctx, struct qsm_timer *t, i
 		qsm_timer_arm_slow(ctx, t, event, deadline);
 		return;
 	}
-	t->event = (uint8_t)event;
+	t->event = (uint8_t)event;  /* armed */
 	t->deadline_ns = deadline;
-	t->armed = true;
 }
 
 /* O(1): the timer is left in the heap; qsm_timers_fire_due() drops it when its key is due. */
 static inline void qsm_timer_cancel(struct qsm_ctx *ctx, struct qsm_timer *t)
 {
 	(void)ctx;
-	t->armed = false;
+	t->event = 0;
 }
 
 #endif

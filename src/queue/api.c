@@ -89,10 +89,10 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 		q->src = src;
 		q->has_src = true;
 	}
-	q->policy = qsm_policy_resolved(&o->policy);
-	qsm_conn_set_timeouts(q, &o->timeouts);
+	q->cfg = qsm_conn_cfg_get(ctx, &o->timeouts, &o->policy);
 	q->user = o->user;
-	if (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0) {
+	if (!q->cfg ||
+	    (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0)) {
 		qsm_conn_teardown(q);
 		return -ENOMEM;
 	}
@@ -111,7 +111,11 @@ int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, voi
 	if (!q)
 		return -ENOMEM;
 	q->user = user;
-	qsm_conn_set_timeouts(q, timeouts);
+	q->cfg = qsm_conn_cfg_get(ctx, timeouts, NULL);
+	if (!q->cfg) {
+		qsm_conn_teardown(q);
+		return -ENOMEM;
+	}
 	/* A queue without its device in the registry could never register memory: refuse the
 	 * request now (the listener rejects it) rather than accept a queue that cannot work. */
 	d = ctx->ops->id_device(it->id);

@@ -9,6 +9,19 @@
 #include "registry/registry.h"
 
 /*
+ * What a queue was made with, its defaults applied once, shared: the queues of a ctx made
+ * with equal settings (every passive queue of a listener, most active queues of a ULP) point
+ * at one block, counted and interned in the ctx (policy.c), instead of 56 bytes each.
+ */
+struct qsm_conn_cfg {
+	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
+	struct qsm_reconnect_policy policy; /* resolved (passive queues: all 0, never read) */
+	uint32_t refs;                 /* the queues that point here; freed at 0 */
+	uint32_t hash;                 /* of the two above */
+	struct qsm_conn_cfg *next;     /* its chain in ctx->cfgs */
+};
+
+/*
  * A queue: one allocation, its class's private area at its end.  Every byte counts a
  * thousandfold (bench/dispatch prints bytes_per_queue): no holes, flags in bytes, its class
  * reached through its table (vt->cls), its timer owned by position (QSM_TIMER_AFTER_OBJ).
@@ -35,8 +48,7 @@ struct qsm_conn {
 	uint32_t next_delay_ms;
 	bool has_src;
 	uint64_t lost_at_ns;
-	uint32_t step_ms[QSM_STEP_COUNT]; /* each step timeout, its default applied (0: none) */
-	struct qsm_reconnect_policy policy;
+	struct qsm_conn_cfg *cfg;    /* its timeouts and policy, shared: never written here */
 	void *user;
 	struct qsm_dev_user du;      /* its device (du.dev), while it has one */
 	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
@@ -76,12 +88,16 @@ int qsm_timeouts_check(const struct qsm_timeouts *t);
 /* step.c: a queue's machine and what its actions do */
 void qsm_conn_teardown(struct qsm_conn *q);
 int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len);
-void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t);
 
 /* policy.c: the reconnect policy and its backoff (a listener's relisten uses it too) */
 void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);
 struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p);
+/* The shared block for these timeouts (checked) and this policy (NULL: none, a passive
+ * queue's), counted once more; NULL: no memory.  _put: one queue less. */
+struct qsm_conn_cfg *qsm_conn_cfg_get(struct qsm_ctx *ctx, const struct qsm_timeouts *t,
+				      const struct qsm_reconnect_policy *p);
+void qsm_conn_cfg_put(struct qsm_ctx *ctx, struct qsm_conn_cfg *c);
 uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
 			  uint32_t *next_delay_ms);
 

@@ -144,23 +144,10 @@ static int create_qp(struct qsm_conn *q)
 	return 0;
 }
 
-/* The ULP's step timeouts, each with its default, once: a step reads them by the machine's
- * fact (enum qsm_step_timeout) with no switch. */
-void qsm_conn_set_timeouts(struct qsm_conn *q, const struct qsm_timeouts *t)
-{
-	q->step_ms[QSM_STEP_NONE] = 0;
-	q->step_ms[QSM_STEP_RESOLVE] = qsm_or_default(t->resolve_ms, 2000) + 1000; /* <= INT_MAX */
-	q->step_ms[QSM_STEP_CONNECT] = qsm_or_default(t->connect_ms, 5000);
-	q->step_ms[QSM_STEP_REQUEST] = qsm_or_default(t->request_ms, 5000);
-	q->step_ms[QSM_STEP_HANDSHAKE] = t->handshake_ms;
-	q->step_ms[QSM_STEP_DISCONNECT] = qsm_or_default(t->disconnect_ms, 2000);
-	q->step_ms[QSM_STEP_DRAIN] = qsm_or_default(t->drain_ms, 2000);
-}
-
 /* What rdma_resolve_addr/route are given: the step's timeout fires 1 s after theirs. */
 static int resolve_ms(const struct qsm_conn *q)
 {
-	return (int)(q->step_ms[QSM_STEP_RESOLVE] - 1000);
+	return (int)(q->cfg->step_ms[QSM_STEP_RESOLVE] - 1000);
 }
 
 /*
@@ -343,8 +330,8 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 		return;
 	}
 	if (to != from) {
-		if (timeout != QSM_STEP_NONE && q->step_ms[timeout])
-			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, q->step_ms[timeout]);
+		if (timeout != QSM_STEP_NONE && q->cfg->step_ms[timeout])
+			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, q->cfg->step_ms[timeout]);
 		call(q, q->hs[to].enter, info, it, from, to);
 	}
 }
@@ -453,6 +440,8 @@ static void conn_free(struct qsm_obj *o)
 {
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 
+	if (q->cfg)
+		qsm_conn_cfg_put(q->ctx, q->cfg);
 	free(q->pdata);
 	free(q);
 }
