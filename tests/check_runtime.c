@@ -14,6 +14,7 @@
 #include <qsm/sim.h>
 #include <qsm/rdmacm.h>
 
+#include "core/ctx.h"
 #include "fabric/fabric.h"
 
 #include "check_main.h"
@@ -860,6 +861,39 @@ START_TEST(test_fifo_shrinks_back_after_a_connect_storm)
 }
 END_TEST
 
+/* 20,000 queues with their step timeouts armed grow the timer heap; once they are destroyed,
+ * a dispatch pass gives its memory back (the heap's capacity is internal: read from the ctx). */
+START_TEST(test_timer_heap_shrinks_back_after_its_queues_go)
+{
+	enum { N = 20000 };
+	static struct qsm_conn *q[N];
+
+	for (int i = 0; i < N; i++) {
+		q[i] = new_client(NULL);
+		ck_assert_int_eq(qsm_conn_connect(q[i]), 0);
+	}
+	ck_assert_int_eq(qsm_ctx_dispatch(cctx, N), N); /* each CONNECT: RESOLVING, its timer armed */
+	ck_assert_uint_eq(cctx->heap_len, N);
+	ck_assert_uint_eq(cctx->heap_cap, 32768);
+	for (int i = 0; i < N / 2; i++)
+		ck_assert_int_eq(qsm_conn_destroy(q[i]), 0);
+	/* this pass held 20,000 timers, the next 10,000: more than an eighth, the heap stays */
+	ck_assert_int_gt(qsm_ctx_dispatch(cctx, 2 * N), 0);
+	ck_assert_uint_eq(cctx->heap_len, N / 2);
+	ck_assert_uint_eq(cctx->heap_cap, 32768);
+	ck_assert_int_eq(qsm_ctx_dispatch(cctx, 2 * N), 0);
+	ck_assert_uint_eq(cctx->heap_cap, 32768);
+	for (int i = N / 2; i < N; i++)
+		ck_assert_int_eq(qsm_conn_destroy(q[i]), 0);
+	ck_assert_int_gt(qsm_ctx_dispatch(cctx, 2 * N), 0); /* held 10,000 in this pass: kept */
+	ck_assert_uint_eq(COUNT(cctx, queues_live), 0);
+	ck_assert_uint_eq(cctx->heap_len, 0);
+	ck_assert_uint_eq(cctx->heap_cap, 32768);
+	ck_assert_int_eq(qsm_ctx_dispatch(cctx, 1), 0);    /* held none: back to the smallest */
+	ck_assert_uint_eq(cctx->heap_cap, 64);
+}
+END_TEST
+
 /* A handler that queues more than the FIFO holds (the ring grows twice under it) still reads
  * the private data of the event it was handed: that item stays put until the handler returns. */
 static int requested_after_a_flood(struct qsm_conn *q, const struct qsm_event_info *ev)
@@ -973,6 +1007,12 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_ctx_fd_is_readable_while_work_waits_and_quiet_after_a_drained_pass);
 	tcase_add_test(t, test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno);
 	tcase_add_test(t, test_resource_exhaustion_retries_when_max_exhausted_is_never);
+	suite_add_tcase(s, t);
+	/* 20,000 queues through the sim: seconds, not the default 4 s budget of a case */
+	t = tcase_create("crowd");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, test_timer_heap_shrinks_back_after_its_queues_go);
 	suite_add_tcase(s, t);
 	return s;
 }

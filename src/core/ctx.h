@@ -130,9 +130,10 @@ struct qsm_ctx {
 	struct qsm_obj *held[QSM_FABRIC_CQE_BATCH];
 	unsigned nheld;
 
-	/* timers: binary min-heap */
+	/* timers: binary min-heap; it grows as timers come and shrinks back (qsm_timers_trim) */
 	struct qsm_timer **heap;
 	uint32_t heap_len, heap_cap;
+	uint32_t heap_hwm;                /* most timers it held at once since the last trim */
 
 	struct qsm_list objs[QSM_OBJ_KINDS];   /* every live object, by kind */
 	struct qsm_list pools;

@@ -323,6 +323,7 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		qsm_fifo_kick(ctx); /* the budget ran out with work queued: the fd says so */
 	}
 	qsm_fifo_trim(ctx);
+	qsm_timers_trim(ctx);
 	qsm_timerfd_rearm(ctx);
 	return (int)n;
 }

@@ -127,7 +127,7 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 		return;
 	}
 	if (ctx->heap_len == ctx->heap_cap) {
-		uint32_t cap = ctx->heap_cap ? ctx->heap_cap * 2 : 64;
+		uint32_t cap = ctx->heap_cap ? ctx->heap_cap * 2 : QSM_HEAP_MIN;
 		struct qsm_timer **n = realloc(ctx->heap, cap * sizeof(*n));
 
 		if (!n) {
@@ -143,7 +143,24 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 	t->key_ns = deadline;
 	t->heap_idx = ctx->heap_len;
 	ctx->heap[ctx->heap_len++] = t;
+	if (ctx->heap_len > ctx->heap_hwm)
+		ctx->heap_hwm = ctx->heap_len;
 	heap_up(ctx, t->heap_idx);
+}
+
+/* qsm_timers_trim(): the heap to twice hwm (a power of two, at least QSM_HEAP_MIN). */
+void qsm_timers_shrink(struct qsm_ctx *ctx, uint32_t hwm)
+{
+	uint32_t want = QSM_HEAP_MIN;
+	struct qsm_timer **n;
+
+	while (want < 2 * hwm)
+		want *= 2;
+	n = realloc(ctx->heap, want * sizeof(*n));
+	if (!n)
+		return; /* keep the larger one, nothing lost */
+	ctx->heap = n;
+	ctx->heap_cap = want;
 }
 
 /*

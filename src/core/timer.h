@@ -12,6 +12,9 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx);
 void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
+void qsm_timers_shrink(struct qsm_ctx *ctx, uint32_t hwm);
+
+#define QSM_HEAP_MIN 64             /* the heap's first and smallest size, in timers */
 
 /* The clock is read at most once per dispatch pass, when first needed: everything a pass does
  * (timer arms, expiries, trace stamps) happens "at" that moment, and a pass that needs no time
@@ -36,6 +39,23 @@ static inline void qsm_timers_fire(struct qsm_ctx *ctx)
 {
 	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
 		qsm_timers_fire_due(ctx);
+}
+
+/*
+ * After a crowd of timers has gone (20,000 queues destroyed left 256 KiB behind), give memory
+ * back as the FIFO does (qsm_fifo_trim), at the end of a dispatch pass: size the heap to
+ * twice the most it held in the pass (a power of two, at least QSM_HEAP_MIN) when that is
+ * under a quarter of it -- with a power-of-two heap, when it held an eighth at most.
+ * Hysteresis both ways: it grows again only past twice what it held and shrinks only to a
+ * quarter of what it was, so a load that comes and goes does not realloc each pass.
+ */
+static inline void qsm_timers_trim(struct qsm_ctx *ctx)
+{
+	uint32_t hwm = ctx->heap_hwm;
+
+	ctx->heap_hwm = ctx->heap_len; /* timers outlive the pass, unlike the FIFO's items */
+	if (ctx->heap_cap >= 4 * QSM_HEAP_MIN && hwm <= ctx->heap_cap / 8)
+		qsm_timers_shrink(ctx, hwm);
 }
 
 /* One timer per object: arming replaces whatever was armed.  Inline, O(1), when the timer
