@@ -40,7 +40,10 @@ static int addr_copy(union qsm_addr *dst, const struct sockaddr *sa)
 static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *cls, bool passive)
 {
 	const struct qsm_vtable *vt = qsm_vtable_get(ctx, cls, &qsm_base_class);
-	struct qsm_conn *q = vt ? calloc(1, sizeof(*q) + vt->priv_size) : NULL;
+	/* a passive queue's allocation ends before the addresses (queue.h) */
+	size_t size = !passive ? sizeof(struct qsm_conn) + (vt ? vt->priv_size : 0) :
+		      vt && vt->priv_size ? QSM_CONN_PASSIVE_PRIV + vt->priv_size : QSM_CONN_PASSIVE_SIZE;
+	struct qsm_conn *q = vt ? calloc(1, size) : NULL;
 
 	if (!q)
 		return NULL;
@@ -137,7 +140,7 @@ int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, voi
 void *qsm_conn_priv(struct qsm_conn *q)
 {
 	qsm_check(q, NULL);
-	return q->priv;
+	return q->passive ? (void *)((char *)q + QSM_CONN_PASSIVE_PRIV) : q->priv;
 }
 
 void *qsm_conn_user(struct qsm_conn *q)

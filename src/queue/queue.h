@@ -55,10 +55,14 @@ struct qsm_conn {
 	struct qsm_list mws;        /* struct qsm_mw.node: its memory windows */
 	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
 	                               queues send none, and a queue stays small */
+	/* Active queues only: a passive queue never resolves, and its allocation ends here
+	 * (QSM_CONN_PASSIVE_SIZE), its class's area next (qsm_conn_priv). */
 	union qsm_addr dst, src;
 	_Alignas(16) unsigned char priv[];
 };
 QSM_TIMER_AFTER_OBJ(struct qsm_conn);
+#define QSM_CONN_PASSIVE_SIZE offsetof(struct qsm_conn, dst)
+#define QSM_CONN_PASSIVE_PRIV ((QSM_CONN_PASSIVE_SIZE + 15) & ~(size_t)15)
 
 /* A memory region registered through a queue: released with its queue or its device. */
 struct qsm_mr {
