@@ -196,30 +196,33 @@ static __attribute__((noinline)) int wc_error(struct qsm_fid *id, const struct r
 	return 1;
 }
 
-/* The slot of the WR a completion names in work queue w, taken; NULL when the completion is
- * stale (that WR completed already: flushed by us, or a destroyed QP's leftover). */
-static inline struct rc_slot *wq_take(struct rc_fabric *f, struct rc_wq *w, bool recv, uint32_t seq)
+/* The slot of the WR a completion names in work queue w, taken, when it is not the head's: a
+ * skip over unsignaled sends; NULL when the completion is stale (that WR completed already:
+ * flushed by us, or a destroyed QP's leftover).  Out of line: the head's is wc_take_wq's. */
+static __attribute__((noinline)) struct rc_slot *wq_take_slow(struct rc_fabric *f, struct rc_wq *w,
+							       bool recv, uint32_t seq)
 {
-	if (__builtin_expect(seq != w->head, 0)) {
-		if (seq - w->head >= w->tail - w->head)
-			return NULL;
-		wq_skip_to(f, w, recv, seq);
-	} else if (w->head == w->tail) {
-		return NULL;
-	}
+	if (seq == w->head || seq - w->head >= w->tail - w->head)
+		return NULL;   /* the head's with nothing posted, or outside head..tail-1 */
+	wq_skip_to(f, w, recv, seq);
 	return &w->ring[w->head++ & w->mask];
 }
 
 /* A completion of the WR it names in the QP's work queue q (a constant where it is called, so
- * that each work queue's is straight-line code). */
+ * that each work queue's is straight-line code): the head's WR taken inline, the rest out of
+ * line. */
 static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f, struct qsm_fid *id,
 							    const struct ibv_wc *wc,
 							    struct qsm_fabric_cqe *out, int q)
 {
 	struct rc_wq *w = &id->wq[q];
-	struct rc_slot *s = wq_take(f, w, q == WQ_RECV, (uint32_t)wc->wr_id);
+	uint32_t seq = (uint32_t)wc->wr_id, head = w->head;
+	struct rc_slot *s;
 
-	if (!s) {
+	if (__builtin_expect(seq == head && head != w->tail, 1)) {
+		s = &w->ring[head & w->mask];
+		w->head = head + 1;
+	} else if (!(s = wq_take_slow(f, w, q == WQ_RECV, seq))) {
 		f->wc_stale++;
 		return 0;
 	}
@@ -240,25 +243,41 @@ static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f,
 	return s->signaled;   /* an unsignaled send's: written, not handed out */
 }
 
+/* The QP the last completion of a poll named, found and checked: the next one with the same
+ * tag key (its high half: flags, generation, table slot) and qp_num is that QP's too, with no
+ * lookup.  Forgotten when a completion goes out of line (a marker sets flush_all). */
+struct wc_last {
+	uint32_t hi, qpn;
+	struct qsm_fid *id;
+};
+
 /*
  * One completion polled: its WR found from the tag in O(1), the slot freed, the completion
  * written to *out in place (1) -- or nothing (0): the drain marker (DRAINED follows our
  * flushes), an unsignaled send, a stale completion.  Inline, the success of a QP's own WR
  * straight through; the rest out of line.
  */
-static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out)
+static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out,
+			  struct wc_last *last)
 {
 	uint64_t tag = wc->wr_id;
 	struct qsm_fid *id;
 
-	if (__builtin_expect(tag & (TAG_SRQ | TAG_MARKER), 0))
-		return wc_take_other(f, wc, out);
-	id = qsm_rc_table_find(&f->qpt, tag);
-	/* a slot reused as often as its generation wraps is still not ours (qp_num); every WR
-	 * left on a QP whose marker came is flushed by us */
-	if (__builtin_expect(!id || id->qp_num != wc->qp_num || id->flush_all, 0)) {
-		f->wc_stale++;
-		return 0;
+	if (__builtin_expect((uint32_t)(tag >> 32) == last->hi && wc->qp_num == last->qpn && last->id, 1)) {
+		id = last->id;   /* the same QP as the last one, checked then */
+	} else {
+		if (__builtin_expect(tag & (TAG_SRQ | TAG_MARKER), 0)) {
+			last->id = NULL;
+			return wc_take_other(f, wc, out);
+		}
+		id = qsm_rc_table_find(&f->qpt, tag);
+		/* a slot reused as often as its generation wraps is still not ours (qp_num);
+		 * every WR left on a QP whose marker came is flushed by us */
+		if (__builtin_expect(!id || id->qp_num != wc->qp_num || id->flush_all, 0)) {
+			f->wc_stale++;
+			return 0;
+		}
+		*last = (struct wc_last){ .hi = (uint32_t)(tag >> 32), .qpn = wc->qp_num, .id = id };
 	}
 	return tag & TAG_RECV ? wc_take_wq(f, id, wc, out, WQ_RECV) : wc_take_wq(f, id, wc, out, WQ_SEND);
 }
@@ -267,6 +286,7 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 {
 	struct ibv_wc wc[QSM_FABRIC_CQE_BATCH];
 	struct qsm_list *dpos, *dtmp, *pos, *tmp;
+	struct wc_last last = { .id = NULL };
 	int n = 0;
 
 	if (!f->hot)
@@ -284,7 +304,7 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 				continue;
 			got = qsm_rc_cq_poll(d, c, wc, room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH);
 			for (int i = 0; i < got; i++)
-				n += wc_take(f, &wc[i], &cqe[n]);
+				n += wc_take(f, &wc[i], &cqe[n], &last);
 			if (n == max) {
 				/* full: this CQ and device go last, so the others are polled first next
 				 * (each moved only if it is not last already: one CQ on one device,
