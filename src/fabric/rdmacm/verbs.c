@@ -247,7 +247,8 @@ static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f,
  * tag key (its high half: flags, generation, table slot) and qp_num is that QP's too, with no
  * lookup.  Forgotten when a completion goes out of line (a marker sets flush_all). */
 struct wc_last {
-	uint32_t hi, qpn;
+	uint64_t hi;                     /* UINT64_MAX: none (no tag's high half is) */
+	uint32_t qpn;
 	struct qsm_fid *id;
 };
 
@@ -263,11 +264,11 @@ static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct q
 	uint64_t tag = wc->wr_id;
 	struct qsm_fid *id;
 
-	if (__builtin_expect((uint32_t)(tag >> 32) == last->hi && wc->qp_num == last->qpn && last->id, 1)) {
+	if (__builtin_expect(tag >> 32 == last->hi && wc->qp_num == last->qpn, 1)) {
 		id = last->id;   /* the same QP as the last one, checked then */
 	} else {
 		if (__builtin_expect(tag & (TAG_SRQ | TAG_MARKER), 0)) {
-			last->id = NULL;
+			last->hi = UINT64_MAX;
 			return wc_take_other(f, wc, out);
 		}
 		id = qsm_rc_table_find(&f->qpt, tag);
@@ -277,7 +278,7 @@ static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct q
 			f->wc_stale++;
 			return 0;
 		}
-		*last = (struct wc_last){ .hi = (uint32_t)(tag >> 32), .qpn = wc->qp_num, .id = id };
+		*last = (struct wc_last){ .hi = tag >> 32, .qpn = wc->qp_num, .id = id };
 	}
 	return tag & TAG_RECV ? wc_take_wq(f, id, wc, out, WQ_RECV) : wc_take_wq(f, id, wc, out, WQ_SEND);
 }
@@ -286,7 +287,7 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 {
 	struct ibv_wc wc[QSM_FABRIC_CQE_BATCH];
 	struct qsm_list *dpos, *dtmp, *pos, *tmp;
-	struct wc_last last = { .id = NULL };
+	struct wc_last last = { .hi = UINT64_MAX };
 	int n = 0;
 
 	if (!f->hot)
@@ -303,8 +304,17 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 			if (!c->hot)
 				continue;
 			got = qsm_rc_cq_poll(d, c, wc, room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH);
-			for (int i = 0; i < got; i++)
-				n += wc_take(f, &wc[i], &cqe[n], &last);
+			if (got > 0) {
+				/* a pointer that moves on by what each completion wrote (0 or 1), not
+				 * cqe[n] computed again per completion */
+				struct qsm_fabric_cqe *out = cqe + n;
+				const struct ibv_wc *w = wc, *end = wc + got;
+
+				do
+					out += wc_take(f, w, out, &last);
+				while (++w != end);
+				n = (int)(out - cqe);
+			}
 			if (n == max) {
 				/* full: this CQ and device go last, so the others are polled first next
 				 * (each moved only if it is not last already: one CQ on one device,

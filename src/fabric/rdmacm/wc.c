@@ -42,6 +42,8 @@ enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st)
 
 void qsm_rc_recv_flags(const struct ibv_wc *wc, struct qsm_fabric_wc *w)
 {
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+		w->opcode = QSM_WR_RECV_RDMA_WITH_IMM;
 	if (wc->wc_flags & IBV_WC_WITH_IMM) {
 		w->wc_flags |= QSM_WC_WITH_IMM;
 		w->imm_data = wc->imm_data;   /* carried as is, as the sender set it */
