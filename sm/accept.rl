@@ -1,6 +1,7 @@
 /* rdma-qsm: the passive queue lifecycle (an id a listener accepted), as a Ragel state chart.
  * A passive queue never reconnects: every loss ends in CLOSED, after the QP is drained. */
 #include "sm.h"
+#include "state_tables.h"
 
 %%{
 	machine accept;
@@ -18,14 +19,17 @@
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
 
-	action NEW            { QSM_SM_TO(QSM_ACCEPT_NEW); }
-	action REQUESTED      { QSM_SM_TO(QSM_ACCEPT_REQUESTED); }
-	action ACCEPTING      { QSM_SM_TO(QSM_ACCEPT_ACCEPTING); }
-	action CONNECTED      { QSM_SM_TO(QSM_ACCEPT_CONNECTED); }
-	action LIVE           { QSM_SM_TO(QSM_ACCEPT_LIVE); }
-	action DISCONNECTING  { QSM_SM_TO(QSM_ACCEPT_DISCONNECTING); }
-	action DRAINING       { QSM_SM_TO(QSM_ACCEPT_DRAINING); }
-	action CLOSED         { QSM_SM_TO(QSM_ACCEPT_CLOSED); }
+	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
+	# states qsm_accept_state QSM_ACCEPT_ "Passive queue, born from a listener's CONNECT_REQUEST"
+	# state NEW           -                                  "id handed over by the listener, not yet told"
+	# state REQUESTED     timeout=request_ms,teardown=reject "the request handler decides: accept or reject"
+	# state ACCEPTING     timeout=connect_ms                 "QP created, rdma_accept sent"
+	# state CONNECTED     timeout=handshake_ms               "ESTABLISHED; the ULP's handshake runs"
+	# state LIVE          -                                  "the ULP said READY"
+	# state DISCONNECTING timeout=disconnect_ms              "the ULP asked to disconnect; DREQ sent"
+	# state DRAINING      timeout=drain_ms,drains            "flushing the QP, then close"
+	# state CLOSED        -                                  "final"
+	include "state_actions.rl";
 
 	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
 	# The QP failed: a fatal async event, an error completion (not a flush), or -- on an SRQ --
@@ -113,36 +117,10 @@ static int accept_exec(int *csp, int event, struct qsm_edge *edge)
 	return 0;
 }
 
-static const char *const accept_state_names[] = {
-	[QSM_ACCEPT_NEW] = "NEW",
-	[QSM_ACCEPT_REQUESTED] = "REQUESTED",
-	[QSM_ACCEPT_ACCEPTING] = "ACCEPTING",
-	[QSM_ACCEPT_CONNECTED] = "CONNECTED",
-	[QSM_ACCEPT_LIVE] = "LIVE",
-	[QSM_ACCEPT_DISCONNECTING] = "DISCONNECTING",
-	[QSM_ACCEPT_DRAINING] = "DRAINING",
-	[QSM_ACCEPT_CLOSED] = "CLOSED",
-};
-
-/* Beside the states: what each does besides its edges (src/sm.h, qsm_machine_state_info(3)).
- * Work requests may be posted wherever the QP exists and the state does not drain. */
-static const struct qsm_state_facts accept_facts[QSM_ACCEPT_STATE_COUNT] = {
-	[QSM_ACCEPT_REQUESTED]     = { .timeout = QSM_STEP_REQUEST, .teardown = QSM_TEARDOWN_REJECT },
-	[QSM_ACCEPT_ACCEPTING]     = { .timeout = QSM_STEP_CONNECT },
-	[QSM_ACCEPT_CONNECTED]     = { .timeout = QSM_STEP_HANDSHAKE },
-	[QSM_ACCEPT_LIVE]          = { 0 },
-	[QSM_ACCEPT_DISCONNECTING] = { .timeout = QSM_STEP_DISCONNECT },
-	[QSM_ACCEPT_DRAINING]      = { .timeout = QSM_STEP_DRAIN,      .drains = true },
-};
-
 const struct qsm_sm qsm_sm_accept = {
 	.id = QSM_MACHINE_ACCEPT,
 	.name = "accept",
-	.nstates = QSM_ACCEPT_STATE_COUNT,
-	.start_state = QSM_ACCEPT_NEW,
-	.final_state = QSM_ACCEPT_CLOSED,
-	.state_names = accept_state_names,
-	.facts = accept_facts,
+	QSM_SM_ACCEPT_STATES,
 	.start_cs = accept_start,
 	.error_cs = accept_error,
 	.exec = accept_exec,

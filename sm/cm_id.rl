@@ -1,6 +1,7 @@
 /* rdma-qsm: the active queue (client side) lifecycle, rdma_cm_id + QP, as a Ragel state chart.
  * One line per edge; the actions only record what the runtime must do (src/sm.h). */
 #include "sm.h"
+#include "state_tables.h"
 
 %%{
 	machine cm_id;
@@ -25,19 +26,21 @@
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
 
-	# Where it goes: each state names itself on arrival, so names survive minimisation.
-	action IDLE           { QSM_SM_TO(QSM_CM_IDLE); }
-	action ADDR_RESOLVING { QSM_SM_TO(QSM_CM_ADDR_RESOLVING); }
-	action ROUTE_RESOLVING { QSM_SM_TO(QSM_CM_ROUTE_RESOLVING); }
-	action CONNECTING     { QSM_SM_TO(QSM_CM_CONNECTING); }
-	action CONNECTED      { QSM_SM_TO(QSM_CM_CONNECTED); }
-	action LIVE           { QSM_SM_TO(QSM_CM_LIVE); }
-	action DISCONNECTING  { QSM_SM_TO(QSM_CM_DISCONNECTING); }
-	action DRAINING       { QSM_SM_TO(QSM_CM_DRAINING); }
-	action CLOSING        { QSM_SM_TO(QSM_CM_CLOSING); }
-	action RECONNECT_WAIT { QSM_SM_TO(QSM_CM_RECONNECT_WAIT); }
-	action FAILED         { QSM_SM_TO(QSM_CM_FAILED); }
-	action CLOSED         { QSM_SM_TO(QSM_CM_CLOSED); }
+	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
+	# states qsm_cm_state QSM_CM_ "Active queue"
+	# state IDLE            -                       "created, never connected; no cm_id"
+	# state ADDR_RESOLVING  timeout=resolve_ms      "cm_id created, rdma_resolve_addr in flight"
+	# state ROUTE_RESOLVING timeout=resolve_ms      "rdma_resolve_route in flight"
+	# state CONNECTING      timeout=connect_ms      "QP created, rdma_connect sent"
+	# state CONNECTED       timeout=handshake_ms    "ESTABLISHED; the ULP's handshake runs"
+	# state LIVE            -                       "the ULP said READY: I/O flows"
+	# state DISCONNECTING   timeout=disconnect_ms   "the ULP asked to disconnect; DREQ sent"
+	# state DRAINING        timeout=drain_ms,drains "connection lost; flushing the QP, then reconnect"
+	# state CLOSING         timeout=drain_ms,drains "flushing the QP, then close for good"
+	# state RECONNECT_WAIT  -                       "the gap: no cm_id, no QP; retry timer armed"
+	# state FAILED          -                       "reconnect policy exhausted; no cm_id"
+	# state CLOSED          -                       "final: everything released"
+	include "state_actions.rl";
 
 	# Event classes that share an edge.
 	gone    = QSM_EV_DESTROY | QSM_EV_ABORT;
@@ -151,42 +154,10 @@ static int cm_id_exec(int *csp, int event, struct qsm_edge *edge)
 	return 0;
 }
 
-static const char *const cm_id_state_names[] = {
-	[QSM_CM_IDLE] = "IDLE",
-	[QSM_CM_ADDR_RESOLVING] = "ADDR_RESOLVING",
-	[QSM_CM_ROUTE_RESOLVING] = "ROUTE_RESOLVING",
-	[QSM_CM_CONNECTING] = "CONNECTING",
-	[QSM_CM_CONNECTED] = "CONNECTED",
-	[QSM_CM_LIVE] = "LIVE",
-	[QSM_CM_DISCONNECTING] = "DISCONNECTING",
-	[QSM_CM_DRAINING] = "DRAINING",
-	[QSM_CM_CLOSING] = "CLOSING",
-	[QSM_CM_RECONNECT_WAIT] = "RECONNECT_WAIT",
-	[QSM_CM_FAILED] = "FAILED",
-	[QSM_CM_CLOSED] = "CLOSED",
-};
-
-/* Beside the states: what each does besides its edges (src/sm.h, qsm_machine_state_info(3)).
- * A step timeout is armed on arrival; its expiry is the TIMEOUT event of the edges above. */
-static const struct qsm_state_facts cm_id_facts[QSM_CM_STATE_COUNT] = {
-	[QSM_CM_ADDR_RESOLVING]  = { .timeout = QSM_STEP_RESOLVE },
-	[QSM_CM_ROUTE_RESOLVING] = { .timeout = QSM_STEP_RESOLVE },
-	[QSM_CM_CONNECTING]      = { .timeout = QSM_STEP_CONNECT },
-	[QSM_CM_CONNECTED]       = { .timeout = QSM_STEP_HANDSHAKE },
-	[QSM_CM_LIVE]            = { 0 },
-	[QSM_CM_DISCONNECTING]   = { .timeout = QSM_STEP_DISCONNECT },
-	[QSM_CM_DRAINING]        = { .timeout = QSM_STEP_DRAIN,      .drains = true },
-	[QSM_CM_CLOSING]         = { .timeout = QSM_STEP_DRAIN,      .drains = true },
-};
-
 const struct qsm_sm qsm_sm_cm_id = {
 	.id = QSM_MACHINE_CM_ID,
 	.name = "cm_id",
-	.nstates = QSM_CM_STATE_COUNT,
-	.start_state = QSM_CM_IDLE,
-	.final_state = QSM_CM_CLOSED,
-	.state_names = cm_id_state_names,
-	.facts = cm_id_facts,
+	QSM_SM_CM_ID_STATES,
 	.start_cs = cm_id_start,
 	.error_cs = cm_id_error,
 	.exec = cm_id_exec,

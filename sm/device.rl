@@ -1,6 +1,7 @@
 /* rdma-qsm: a device of the ctx's registry, as a Ragel state chart.  While any queue uses the
  * device, its sentinel id (bound, never connected) hears DEVICE_REMOVAL even in the gap. */
 #include "sm.h"
+#include "state_tables.h"
 
 %%{
 	machine device;
@@ -13,9 +14,12 @@
 	action release_registry { QSM_SM_DEVICE_ACT(QSM_ACT_RELEASE_REGISTRY); }
 	action srq_low          { QSM_SM_DEVICE_ACT(QSM_ACT_SRQ_LOW); }
 
-	action IN_USE    { QSM_SM_TO(QSM_DEVICE_IN_USE); }
-	action REMOVING  { QSM_SM_TO(QSM_DEVICE_REMOVING); }
-	action CLOSED    { QSM_SM_TO(QSM_DEVICE_CLOSED); }
+	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
+	# states qsm_device_state QSM_DEVICE_ "A device of the ctx's registry"
+	# state IN_USE   -        "queues use it; its sentinel id hears DEVICE_REMOVAL"
+	# state REMOVING retiring "removed: its queues take their DEVICE_REMOVAL edges"
+	# state CLOSED   retiring "final: its last queue let go (or the ctx went)"
+	include "state_actions.rl";
 
 	main := (
 	start:
@@ -50,26 +54,10 @@ static int device_exec(int *csp, int event, struct qsm_edge *edge)
 	return 0;
 }
 
-static const char *const device_state_names[] = {
-	[QSM_DEVICE_IN_USE] = "IN_USE",
-	[QSM_DEVICE_REMOVING] = "REMOVING",
-	[QSM_DEVICE_CLOSED] = "CLOSED",
-};
-
-/* Beside the states: a removed device takes no new queue, MR or pool registration. */
-static const struct qsm_state_facts device_facts[QSM_DEVICE_STATE_COUNT] = {
-	[QSM_DEVICE_REMOVING] = { .retiring = true },
-	[QSM_DEVICE_CLOSED]   = { .retiring = true },
-};
-
 const struct qsm_sm qsm_sm_device = {
 	.id = QSM_MACHINE_DEVICE,
 	.name = "device",
-	.nstates = QSM_DEVICE_STATE_COUNT,
-	.start_state = QSM_DEVICE_IN_USE,
-	.final_state = QSM_DEVICE_CLOSED,
-	.state_names = device_state_names,
-	.facts = device_facts,
+	QSM_SM_DEVICE_STATES,
 	.start_cs = device_start,
 	.error_cs = device_error,
 	.exec = device_exec,

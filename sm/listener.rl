@@ -1,6 +1,7 @@
 /* rdma-qsm: the listener lifecycle, as a Ragel state chart.
  * A listener outlives its device: it waits in RELISTEN_WAIT and listens again when it can. */
 #include "sm.h"
+#include "state_tables.h"
 
 %%{
 	machine listener;
@@ -13,10 +14,13 @@
 	action try_listen        { QSM_SM_LISTENER_ACT(QSM_ACT_TRY_LISTEN); }
 	action release_listener  { QSM_SM_LISTENER_ACT(QSM_ACT_RELEASE_LISTENER); }
 
-	action IDLE           { QSM_SM_TO(QSM_LISTENER_IDLE); }
-	action LISTENING      { QSM_SM_TO(QSM_LISTENER_LISTENING); }
-	action RELISTEN_WAIT  { QSM_SM_TO(QSM_LISTENER_RELISTEN_WAIT); }
-	action CLOSED         { QSM_SM_TO(QSM_LISTENER_CLOSED); }
+	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
+	# states qsm_listener_state QSM_LISTENER_ "Listener"
+	# state IDLE          - "created, not listening"
+	# state LISTENING     - "bound and listening"
+	# state RELISTEN_WAIT - "its device went away; waiting to listen again"
+	# state CLOSED        - "final"
+	include "state_actions.rl";
 
 	gone = QSM_EV_DESTROY | QSM_EV_ABORT;
 
@@ -58,24 +62,10 @@ static int listener_exec(int *csp, int event, struct qsm_edge *edge)
 	return 0;
 }
 
-static const char *const listener_state_names[] = {
-	[QSM_LISTENER_IDLE] = "IDLE",
-	[QSM_LISTENER_LISTENING] = "LISTENING",
-	[QSM_LISTENER_RELISTEN_WAIT] = "RELISTEN_WAIT",
-	[QSM_LISTENER_CLOSED] = "CLOSED",
-};
-
-/* Beside the states: none arms a step timeout or carries work requests of its own. */
-static const struct qsm_state_facts listener_facts[QSM_LISTENER_STATE_COUNT] = { { 0 } };
-
 const struct qsm_sm qsm_sm_listener = {
 	.id = QSM_MACHINE_LISTENER,
 	.name = "listener",
-	.nstates = QSM_LISTENER_STATE_COUNT,
-	.start_state = QSM_LISTENER_IDLE,
-	.final_state = QSM_LISTENER_CLOSED,
-	.state_names = listener_state_names,
-	.facts = listener_facts,
+	QSM_SM_LISTENER_STATES,
 	.start_cs = listener_start,
 	.error_cs = listener_error,
 	.exec = listener_exec,

@@ -1,20 +1,24 @@
 /* rdma-qsm: the queue pair's state, tracked on every modify, async event and error
  * completion, so that qsm_qp_state() never needs ibv_query_qp.  States as the IB spec names them. */
 #include "sm.h"
+#include "state_tables.h"
 
 %%{
 	machine qp;
 	alphtype int;
 	import "events.h";
 
-	action RESET     { QSM_SM_TO(QSM_QP_RESET); }
-	action INIT      { QSM_SM_TO(QSM_QP_INIT); }
-	action RTR       { QSM_SM_TO(QSM_QP_RTR); }
-	action RTS       { QSM_SM_TO(QSM_QP_RTS); }
-	action SQD       { QSM_SM_TO(QSM_QP_SQD); }
-	action SQE       { QSM_SM_TO(QSM_QP_SQE); }
-	action ERR       { QSM_SM_TO(QSM_QP_ERR); }
-	action DESTROYED { QSM_SM_TO(QSM_QP_DESTROYED); }
+	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
+	# states qsm_qp_state QSM_QP_ "Queue pair, as the IB spec names its states"
+	# state RESET     - "created, or modified back to reset"
+	# state INIT      - "initialised: receives may be posted"
+	# state RTR       - "ready to receive"
+	# state RTS       - "ready to send"
+	# state SQD       - "send queue drained"
+	# state SQE       - "send queue error (unreliable transports)"
+	# state ERR       - "error: work requests flush"
+	# state DESTROYED - "final"
+	include "state_actions.rl";
 
 	# Any state may be modified to RESET or ERR (IB spec 10.3.1); a fatal
 	# async event or a non-flush error completion puts the QP in ERR; LAST_WQE (a QP on an
@@ -96,28 +100,10 @@ static int qp_exec(int *csp, int event, struct qsm_edge *edge)
 	return 0;
 }
 
-static const char *const qp_state_names[] = {
-	[QSM_QP_RESET] = "RESET",
-	[QSM_QP_INIT] = "INIT",
-	[QSM_QP_RTR] = "RTR",
-	[QSM_QP_RTS] = "RTS",
-	[QSM_QP_SQD] = "SQD",
-	[QSM_QP_SQE] = "SQE",
-	[QSM_QP_ERR] = "ERR",
-	[QSM_QP_DESTROYED] = "DESTROYED",
-};
-
-/* Beside the states: none arms a step timeout or carries work requests of its own. */
-static const struct qsm_state_facts qp_facts[QSM_QP_STATE_COUNT] = { { 0 } };
-
 const struct qsm_sm qsm_sm_qp = {
 	.id = QSM_MACHINE_QP,
 	.name = "qp",
-	.nstates = QSM_QP_STATE_COUNT,
-	.start_state = QSM_QP_RESET,
-	.final_state = QSM_QP_DESTROYED,
-	.state_names = qp_state_names,
-	.facts = qp_facts,
+	QSM_SM_QP_STATES,
 	.start_cs = qp_start,
 	.error_cs = qp_error,
 	.exec = qp_exec,

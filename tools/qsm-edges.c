@@ -15,7 +15,8 @@
  * NO_EDGE), the same edges as a switch on the state holding a switch on the event (so EDGE
  * starts with `case (event):`, and NO_EDGE is what no edge does); and qsm_edges_m_has().  It walks the machines Ragel
  * compiled (their exec), so it is exact whatever the .rl's expressions look like; and it pins
- * each state's enum value to the machine's, so that a state named twice cannot drift.
+ * each state's enum value to its place in the machine's names, both written from the machine's
+ * table of states (sm/states.awk), so that a hand edit of either cannot drift.
  */
 
 static const char *const prefix[QSM_MACHINE_COUNT] = {

@@ -18,65 +18,9 @@ enum qsm_machine {
 };
 #define QSM_MACHINE_COUNT 5
 
-/* Active queue. */
-enum qsm_cm_state {
-	QSM_CM_IDLE = 0,           /* created, never connected; no cm_id */
-	QSM_CM_ADDR_RESOLVING,     /* cm_id created, rdma_resolve_addr in flight */
-	QSM_CM_ROUTE_RESOLVING,    /* rdma_resolve_route in flight */
-	QSM_CM_CONNECTING,         /* QP created, rdma_connect sent */
-	QSM_CM_CONNECTED,          /* ESTABLISHED; the ULP's handshake runs */
-	QSM_CM_LIVE,               /* the ULP said READY: I/O flows */
-	QSM_CM_DISCONNECTING,      /* the ULP asked to disconnect; DREQ sent */
-	QSM_CM_DRAINING,           /* connection lost; flushing the QP, then reconnect */
-	QSM_CM_CLOSING,            /* flushing the QP, then close for good */
-	QSM_CM_RECONNECT_WAIT,     /* the gap: no cm_id, no QP; retry timer armed */
-	QSM_CM_FAILED,             /* reconnect policy exhausted; no cm_id */
-	QSM_CM_CLOSED,             /* final: everything released */
-};
-#define QSM_CM_STATE_COUNT 12
-
-/* Passive queue, born from a listener's CONNECT_REQUEST. */
-enum qsm_accept_state {
-	QSM_ACCEPT_NEW = 0,        /* id handed over by the listener, not yet told */
-	QSM_ACCEPT_REQUESTED,      /* the request handler decides: accept or reject */
-	QSM_ACCEPT_ACCEPTING,      /* QP created, rdma_accept sent */
-	QSM_ACCEPT_CONNECTED,      /* ESTABLISHED; the ULP's handshake runs */
-	QSM_ACCEPT_LIVE,           /* the ULP said READY */
-	QSM_ACCEPT_DISCONNECTING,  /* the ULP asked to disconnect; DREQ sent */
-	QSM_ACCEPT_DRAINING,       /* flushing the QP, then close */
-	QSM_ACCEPT_CLOSED,         /* final */
-};
-#define QSM_ACCEPT_STATE_COUNT 8
-
-/* Listener. */
-enum qsm_listener_state {
-	QSM_LISTENER_IDLE = 0,      /* created, not listening */
-	QSM_LISTENER_LISTENING,     /* bound and listening */
-	QSM_LISTENER_RELISTEN_WAIT, /* its device went away; waiting to listen again */
-	QSM_LISTENER_CLOSED,        /* final */
-};
-#define QSM_LISTENER_STATE_COUNT 4
-
-/* Queue pair, as the IB spec names its states. */
-enum qsm_qp_state {
-	QSM_QP_RESET = 0,
-	QSM_QP_INIT,
-	QSM_QP_RTR,
-	QSM_QP_RTS,
-	QSM_QP_SQD,
-	QSM_QP_SQE,
-	QSM_QP_ERR,
-	QSM_QP_DESTROYED,           /* final */
-};
-#define QSM_QP_STATE_COUNT 8
-
-/* A device of the ctx's registry. */
-enum qsm_device_state {
-	QSM_DEVICE_IN_USE = 0,      /* queues use it; its sentinel id hears DEVICE_REMOVAL */
-	QSM_DEVICE_REMOVING,        /* removed: its queues take their DEVICE_REMOVAL edges */
-	QSM_DEVICE_CLOSED,          /* final: its last queue let go (or the ctx went) */
-};
-#define QSM_DEVICE_STATE_COUNT 3
+/* Each machine's states (enum qsm_cm_state, qsm_accept_state, qsm_listener_state,
+ * qsm_qp_state, qsm_device_state), written from the tables of states in sm/\*.rl. */
+#include <qsm/states.h>
 
 /* What the runtime does on an edge (the .rl actions), one enum per runtime that carries them
  * out: a queue's (sm/cm_id.rl, sm/accept.rl), a listener's (sm/listener.rl) and a registry
