@@ -27,7 +27,7 @@ enum qsm_teardown {
 	QSM_TEARDOWN_REJECT,    /* an undecided request: reject it, never leave the peer waiting */
 };
 
-/* What the runtime knows of a state, declared beside the states in sm/\*.rl. */
+/* What the runtime knows of a state, declared on its line of its table of states in sm/\*.rl. */
 struct qsm_state_facts {
 	unsigned char timeout;  /* enum qsm_step_timeout */
 	unsigned char teardown; /* enum qsm_teardown */
