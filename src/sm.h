@@ -65,12 +65,11 @@ int qsm_sm_cs(const struct qsm_sm *sm, int state);
 void qsm_sm_init(void);
 
 /* How the runtime steps every machine: sm/edges.h (written by tools/qsm-edges from the
- * compiled machines) lists each machine's edges, and each object's step is a switch on
- * QSM_EDGE_KEY(state, event) with one case per edge, its actions inline: the compiler sees
- * every edge as straight-line code.  The event is one of the alphabet's (< QSM_EV_LIMIT): the
- * runtime's events are, as every fabric maps what it hears onto them. */
-#define QSM_EDGE_KEY(state, event) ((unsigned int)(state) * QSM_EV_LIMIT + (unsigned int)(event))
-#define QSM_EDGE_CASE(from, event, to, timeout, final, actions) case QSM_EDGE_KEY(from, event):
+ * compiled machines) gives each machine as QSM_SWITCH_M(state, event, EDGE, A, NO_EDGE), a
+ * switch on the state holding a switch on the event, one case per edge with its actions
+ * inline: the compiler sees every edge as straight-line code.  These two serve the queries
+ * (qsm_edges_M_has) and machines whose edges carry no action. */
+#define QSM_EDGE_HAS(from, event, to, timeout, final, actions) case (event): return true;
 #define QSM_EDGE_NO_ACTION(a)
 
 /* Used by the .rl actions: record what the edge does and where it goes. */

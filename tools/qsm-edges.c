@@ -7,13 +7,13 @@
 #include "sm.h"
 
 /*
- * For each machine M, sm/edges.h defines QSM_EDGES_M(EDGE, A): one
+ * For each machine M, sm/edges.h defines QSM_SWITCH_M(state, event, EDGE, A, NO_EDGE): a
+ * switch on the state holding a switch on the event, with one
  *     EDGE(from, event, to, timeout, final, A(action) A(action) ...)
- * per edge, in state then event order, with the enum names of the states, the event and the
- * actions, `timeout` the step timeout the target state arms on arrival (QSM_STEP_*) and
- * `final` 1 when the target is the machine's final state; QSM_SWITCH_M(state, event, EDGE, A,
- * NO_EDGE), the same edges as a switch on the state holding a switch on the event (so EDGE
- * starts with `case (event):`, and NO_EDGE is what no edge does); and qsm_edges_m_has().  It walks the machines Ragel
+ * per edge (so EDGE starts with `case (event):`), the enum names of the states, the event and
+ * the actions, `timeout` the step timeout the target state arms on arrival (QSM_STEP_*),
+ * `final` 1 when the target is the machine's final state, and NO_EDGE what no edge does; and
+ * qsm_edges_m_has(state, event) from the same switch.  It walks the machines Ragel
  * compiled (their exec), so it is exact whatever the .rl's expressions look like; and it pins
  * each state's enum value to its place in the machine's names, both written from the machine's
  * table of states (sm/states.awk), so that a hand edit of either cannot drift.
@@ -97,18 +97,6 @@ static int machine(enum qsm_machine m)
 		       sm->state_names[s], s, sm->name, sm->state_names[s], s);
 	}
 
-	/* the flat list */
-	printf("#define QSM_EDGES_");
-	upper_name(sm->name);
-	printf("(EDGE, A) \\\n");
-	for (int s = 0; s < sm->nstates; s++)
-		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
-			if (edge_of(sm, s, ev, &e) == 0) {
-				print_edge(m, sm, s, ev, &e, "\t");
-				edges++;
-			}
-	printf("\t/* %d edges */\n\n", edges);
-
 	/* the step: a switch on the state, in each a switch on the event, one case an edge */
 	printf("#define QSM_SWITCH_");
 	upper_name(sm->name);
@@ -116,18 +104,19 @@ static int machine(enum qsm_machine m)
 	for (int s = 0; s < sm->nstates; s++) {
 		printf("\tcase %s%s: \\\n\t\tswitch (event) { \\\n", prefix[m], sm->state_names[s]);
 		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
-			if (edge_of(sm, s, ev, &e) == 0)
+			if (edge_of(sm, s, ev, &e) == 0) {
 				print_edge(m, sm, s, ev, &e, "\t\t");
+				edges++;
+			}
 		printf("\t\tdefault: \\\n\t\t\tNO_EDGE; \\\n\t\t} \\\n\t\tbreak; \\\n");
 	}
-	printf("\tdefault: \\\n\t\tNO_EDGE; \\\n\t}\n\n");
+	printf("\tdefault: \\\n\t\tNO_EDGE; \\\n\t}\n/* %d edges */\n\n", edges);
 
 	/* whether an edge is there (a downcall's -ENOMSG, the registry's fan-out) */
-	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n"
-	       "\tswitch (QSM_EDGE_KEY(state, event)) {\n\tQSM_EDGES_", sm->name);
+	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n\tQSM_SWITCH_",
+	       sm->name);
 	upper_name(sm->name);
-	printf("(QSM_EDGE_CASE, QSM_EDGE_NO_ACTION)\n\t\treturn true;\n"
-	       "\tdefault:\n\t\treturn false;\n\t}\n}\n");
+	printf("(state, event, QSM_EDGE_HAS, QSM_EDGE_NO_ACTION, return false)\n}\n");
 	return 0;
 }
 
