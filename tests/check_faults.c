@@ -773,24 +773,21 @@ static void fill_queues(struct rec *r, enum qsm_machine m, struct qsm_fabric *fa
  * "Flushes"). */
 enum recvs_fate {
 	R_POSTED,                   /* the queue is LIVE on that QP still: no completion yet */
-	R_FLUSHED,                  /* the QP erred: one flush each */
-	R_GONE,                     /* destroyed first, with them: no completion */
+	R_FLUSHED,                  /* one completion each: a flush */
 };
 
 /*
- * The QP goes without its flushes when the device is removed (its DEVICE_REMOVAL comes before
- * them and the QP is destroyed after the device_removed handler), and when HOLD keeps back what
- * the queue waits for until a timeout destroys the QP (a connect that never came up; a drain
- * whose flushes and DRAINED were held: "when the drain does not complete in time").  Else the
- * QP erred (QP_FATAL, DISCONNECTED, REJECTED, CONNECT_ERROR, the drain) and its receives
- * flushed before anything reported the cause, or the queue is on it still.
+ * The QP erred (QP_FATAL, DISCONNECTED, REJECTED, CONNECT_ERROR, the drain) and its receives
+ * flushed before anything reported the cause; or the queue let go of it with its receives still
+ * on it (the device removed: its DEVICE_REMOVAL comes before the flushes; HOLD kept back what
+ * the queue waited for until a timeout: a connect that never came up, a drain whose flushes
+ * and DRAINED were held), and they completed then, flushed, before the edge arrived.  Or the
+ * queue is on it still.
  */
-static enum recvs_fate recvs_fate(const struct row *w, struct rec *r, int live, int qps_at_fill)
+static enum recvs_fate recvs_fate(struct rec *r, int live, int qps_at_fill)
 {
 	if (!r->released && state_of(r) == live && r->qps_made == qps_at_fill)
 		return R_POSTED;
-	if (w->fault == F_DEVICE_REMOVAL || (w->fault == F_HOLD && w->event == QSM_EV_TIMEOUT))
-		return R_GONE;
 	return R_FLUSHED;
 }
 
@@ -1221,7 +1218,7 @@ static void active_case(const struct row *row)
 	if (!r->released && state_of(r) == QSM_CM_LIVE)
 		ck_assert_int_eq(qsm_conn_qp_state(r->q), QSM_QP_RTS);
 	srq_check(r, cctx, QSM_CM_LIVE);
-	check_wrs(w, QSM_MACHINE_CM_ID, recvs_fate(w, r, QSM_CM_LIVE, qps_at_fill));
+	check_wrs(w, QSM_MACHINE_CM_ID, recvs_fate(r, QSM_CM_LIVE, qps_at_fill));
 	if (!r->released && state_of(r) == QSM_CM_LIVE)
 		refill_after_recovery(r, qps_at_fill);
 	finish();
@@ -1453,7 +1450,7 @@ static void passive_case(const struct row *row)
 	/* the active side comes back, unless it was the one that closed */
 	ck_assert_int_eq(state_of(c), w->state == QSM_ACCEPT_DRAINING ? QSM_CM_CLOSED : QSM_CM_LIVE);
 	srq_check(s, sctx, QSM_ACCEPT_LIVE);
-	check_wrs(w, QSM_MACHINE_ACCEPT, recvs_fate(w, s, QSM_ACCEPT_LIVE, qps_at_fill));
+	check_wrs(w, QSM_MACHINE_ACCEPT, recvs_fate(s, QSM_ACCEPT_LIVE, qps_at_fill));
 	if (!s->released && state_of(s) == QSM_ACCEPT_LIVE)
 		refill_after_recovery(s, qps_at_fill);
 	finish();

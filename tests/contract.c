@@ -845,6 +845,58 @@ START_TEST(test_drain_flushes_posted_recvs_in_post_order_before_drained)
 }
 END_TEST
 
+/* One completion flush_qp wrote: the receive `wr_id` of `owner`'s id, flushed. */
+static void expect_flushed_at(int line, const struct qsm_fabric_cqe *c, void *owner, uint64_t wr_id)
+{
+	ck_assert_msg(c->owner == owner && c->wc.wr_id == wr_id && c->wc.status == QSM_WC_WR_FLUSH_ERR &&
+		      c->wc.opcode == QSM_WR_RECV, "line %d: wr %llu status %d opcode %d, expected wr %llu "
+		      "flushed", line, (unsigned long long)c->wc.wr_id, c->wc.status, c->wc.opcode,
+		      (unsigned long long)wr_id);
+}
+#define expect_flushed(c, owner, wr_id) expect_flushed_at(__LINE__, c, owner, wr_id)
+
+START_TEST(test_flush_qp_takes_what_the_qp_holds_once_and_nothing_comes_for_it_after)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t sbuf[16] = { 0 }, cbuf[16] = { 0 };
+	struct qsm_fabric_cqe c[4];
+	struct region rs, rc;
+
+	connect_pair(&a, &p);
+	rs = reg(fs, p, sbuf, sizeof(sbuf), QSM_ACCESS_LOCAL_WRITE);
+	rc = reg(fc, a, cbuf, sizeof(cbuf), QSM_ACCESS_LOCAL_WRITE);
+	/* a QP in RTS: its receives, flushed, in post order, as many per call as asked for */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(post_recv1(fs, p, 100 + i, sge(&rs, 4 * i, 4)), 0);
+	ck_assert_int_eq(fs->ops->flush_qp(p, c, 2), 2);
+	expect_flushed(&c[0], &SRV, 100);
+	expect_flushed(&c[1], &SRV, 101);
+	ck_assert_int_eq(fs->ops->flush_qp(p, c, 4), 1);
+	expect_flushed(&c[0], &SRV, 102);
+	ck_assert_int_eq(fs->ops->flush_qp(p, c, 4), 0);
+	expect_none(fs);
+	/* a drain under way: its flushes taken now; neither the device's (stale) nor DRAINED after */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(post_recv1(fc, a, 200 + i, sge(&rc, 4 * i, 4)), 0);
+	ck_assert_int_eq(fc->ops->drain(a), 0);
+	ck_assert_int_eq(fc->ops->flush_qp(a, c, 4), 2);
+	expect_flushed(&c[0], &CLI, 200);
+	expect_flushed(&c[1], &CLI, 201);
+	ck_assert_int_eq(fc->ops->flush_qp(a, c, 4), 0);
+	expect_none(fc);
+
+	fs->ops->destroy_id(p);
+	expect(fc, QSM_EV_DISCONNECTED, &CLI);
+	ck_assert_int_eq(fc->ops->disconnect(a), 0);
+	expect(fc, QSM_EV_TIMEWAIT_EXIT, &CLI);
+	fs->ops->dereg_mr(rs.mr);
+	fc->ops->dereg_mr(rc.mr);
+	fc->ops->destroy_id(a);
+	fs->ops->destroy_id(l);
+	assert_clean();
+}
+END_TEST
+
 START_TEST(test_post_after_err_returns_0_and_completes_with_flush_err)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
@@ -1665,6 +1717,7 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_post_after_err_returns_0_and_completes_with_flush_err);
 	tcase_add_test(tc, test_post_send_needs_an_established_qp_and_post_recv_works_from_init);
 	tcase_add_test(tc, test_destroy_id_discards_outstanding_recvs_without_completions);
+	tcase_add_test(tc, test_flush_qp_takes_what_the_qp_holds_once_and_nothing_comes_for_it_after);
 	tcase_add_test(tc, test_loopback_send_between_ids_of_one_fabric);
 	tcase_add_test(tc, test_send_queue_holds_max_send_wr_until_their_completions_are_taken);
 	tcase_add_test(tc, test_drain_frees_the_slots_of_unsignaled_sends_without_a_completion);

@@ -12,4 +12,10 @@
  * class tables, pools); at most a few, in the order registered. */
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 
+/* The completions of o's id `id` a batch left behind the FIFO (with o's id_gen of now), taken
+ * out of it in their order and handed to fn(o, c), each counted as popped; the rest stay, in
+ * theirs.  For an object about to let go of the QP they are of. */
+void qsm_ctx_take_left(struct qsm_ctx *ctx, struct qsm_obj *o, const struct qsm_fid *id,
+		       void (*fn)(struct qsm_obj *o, const struct qsm_fabric_cqe *c));
+
 #endif

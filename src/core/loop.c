@@ -196,6 +196,27 @@ static unsigned dispatch_left(struct qsm_ctx *ctx, unsigned room)
 	return k;
 }
 
+void qsm_ctx_take_left(struct qsm_ctx *ctx, struct qsm_obj *o, const struct qsm_fid *id,
+		       void (*fn)(struct qsm_obj *o, const struct qsm_fabric_cqe *c))
+{
+	unsigned k = ctx->cqe_next;
+
+	for (unsigned j = ctx->cqe_next; j < ctx->cqe_len; j++) {
+		if (ctx->cqe[j].owner == o && ctx->cqe[j].id == id && ctx->cqe_gen[j] == o->id_gen) {
+			ctx->counters.popped++;
+			fn(o, &ctx->cqe[j]);
+			qsm_obj_put(ctx, o);   /* the batch's hold; o's caller holds it too */
+			continue;
+		}
+		if (k != j) {
+			ctx->cqe[k] = ctx->cqe[j];
+			ctx->cqe_gen[k] = ctx->cqe_gen[j];
+		}
+		k++;
+	}
+	ctx->cqe_len = k;
+}
+
 /* Once a pass, inline: its frame (an event, a batch) would otherwise keep it out of line, at a
  * call per event. */
 static inline int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item *it)

@@ -247,6 +247,14 @@ struct qsm_fabric_ops {
 	int (*disconnect)(struct qsm_fid *id);
 	/* Move the QP to ERR and post a marker; DRAINED comes when its flush completion does. */
 	int (*drain)(struct qsm_fid *id);
+	/* The WRs still outstanding on the id's QP, each work queue's in post order, taken now as
+	 * completions, at most max: what the fabric already holds for them as it is, the rest
+	 * QSM_WC_WR_FLUSH_ERR (unsignaled sends only as the device reports them, as ever).  0: none
+	 * left.  For a QP about to be destroyed with WRs on it (a drain ended by its timeout, a
+	 * device removal): anything the device reports for them later is stale, dropped and
+	 * counted by the fabric, so each WR still completes exactly once.  No other event (a
+	 * DRAINED still due) comes for the QP after this. */
+	int (*flush_qp)(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
 
 	/* The device an id is on (after ADDR_RESOLVED, or bind to a device address), or NULL. */
 	struct qsm_fdev *(*id_device)(struct qsm_fid *id);

@@ -106,16 +106,57 @@ static void completion(struct qsm_conn *q, const struct qsm_wc *wc)
 
 /* ---- actions ---- */
 
+/* One of them: to the handler, or dropped once a handler refused (a dead queue hears none). */
+static void complete_left(struct qsm_obj *o, const struct qsm_fabric_cqe *c)
+{
+	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
+	if (q->dead)
+		q->ctx->counters.dropped++;
+	else
+		completion(q, &c->wc);
+}
+
+/*
+ * The WRs still on a QP the queue lets go of (a drain ended by its timeout, a device removal, a
+ * close) complete now, before the edge arrives, in each work queue's order: those a batch left
+ * behind the FIFO, then what the fabric still holds for the QP, the rest flushed.  Whatever the
+ * device reports for them later is stale to the fabric, dropped and counted there: each WR
+ * completes exactly once.  The queue has no QP from the first of them on (qsm_conn_qp_state()
+ * -ENOENT, a post -ENOTCONN), so a handler that posts again on a flush cannot keep the QP alive.
+ * A dead queue hears of none of them.
+ */
+static void flush_left(struct qsm_conn *q, struct qsm_fid *id)
+{
+	struct qsm_ctx *ctx = q->ctx;
+	struct qsm_fabric_cqe c[QSM_FABRIC_CQE_BATCH];
+	int n;
+
+	qsm_ctx_take_left(ctx, &q->obj, id, complete_left);
+	while ((n = ctx->ops->flush_qp(id, c, QSM_FABRIC_CQE_BATCH)) > 0) {
+		ctx->counters.fabric_events += (uint64_t)n;
+		ctx->counters.popped += (uint64_t)n;
+		for (int i = 0; i < n; i++)
+			complete_left(&q->obj, &c[i]);
+	}
+}
+
 static void release_id(struct qsm_conn *q)
 {
-	if (!q->id)
+	struct qsm_fid *id = q->id;
+	bool had_qp;
+
+	if (!id)
 		return;
-	qp_feed(q, QSM_EV_DESTROY);
-	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP, whatever the machine made of it */
-	q->ctx->ops->destroy_id(q->id);
-	q->obj.id_gen++;
+	had_qp = qsm_conn_has_qp(q);
 	q->id = NULL;
 	q->srq = NULL;
+	qp_feed(q, QSM_EV_DESTROY);
+	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP, whatever the machine made of it */
+	if (had_qp && !q->dead)
+		flush_left(q, id);
+	q->ctx->ops->destroy_id(id);
+	q->obj.id_gen++;
 }
 
 /* A call that failed now is fed back as the event its asynchronous failure would be. */

@@ -149,6 +149,13 @@ bool doc_no_qp(const struct rec *r)
 	}
 }
 
+/* D1: no QP, or the drain started: -ENOTCONN.  No QP to the runtime already while its WRs
+ * complete as the queue lets go of it, the sim's QP still there. */
+static bool no_door(struct rec *r)
+{
+	return sim_qp(r) == -ENOENT || drain_started(r) || qsm_conn_qp_state(r->q) == -ENOENT;
+}
+
 /* Everything settled: every completion is in, the model's count of receives outstanding
  * is the QP's (else it may count some that a send used already). */
 bool settled;
@@ -162,7 +169,7 @@ static int expect_n(struct rec *r, bool door_bad, bool recv, unsigned n, int *sq
 			qsm_conn_state_name(r->q), *sq);
 	if (door_bad)
 		return -EINVAL;
-	if (*sq == -ENOENT || drain_started(r))
+	if (no_door(r))
 		return -ENOTCONN;
 	if (*sq == QSM_QP_ERR)
 		return 0;       /* flushed */
@@ -697,7 +704,7 @@ void op_list(struct rec *r, bool plain_writes)
 	}
 	if (chance(3)) {
 		/* n < 0, or no array: -EINVAL whatever the state; n 0 posts nothing, with a QP */
-		int odd = chance(50) ? -1 : (int)n, none = drain_started(r) || sim_qp(r) == -ENOENT ? -ENOTCONN : 0;
+		int odd = chance(50) ? -1 : (int)n, none = no_door(r) ? -ENOTCONN : 0;
 
 		got = qsm_conn_post_list(r->q, odd < 0 ? wrs : NULL, odd, &np);
 		if (got != -EINVAL || np)

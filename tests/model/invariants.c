@@ -202,14 +202,14 @@ START_TEST(test_random_interleavings_keep_every_invariant)
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 	printf("model: data: %u posts (-ENOTCONN %u, -EINVAL %u, -ENOBUFS %u, %u of them a full send queue), posted recv %u send %u "
 	       "write %u read %u (%u had to fail); completions %u (success %u, flushed %u, errors %u), "
-	       "%u discarded; checked: %u receives (+%u empty), %u reads, %u writes; DRAINED %u (%u strict); "
+	       "%u discarded; completions lost %u; checked: %u receives (+%u empty), %u reads, %u writes; DRAINED %u (%u strict); "
 	       "MRs registered %u, deregistered %u; reg_mr -ENODEV with a QP tolerated %u\n"
 	       "model: lists: %u post_list calls of 2..%u WRs (%u went, %u WRs; -EINVAL %u, -ENOBUFS %u (%u settled), "
 	       "-ENOTCONN %u); posted WITH_IMM %u, INLINE %u; checked: %u receives with imm_data, %u "
 	       "completions in post order\n",
 	       ds.post_calls, ds.enotconn, ds.einval, ds.enobufs, ds.sq_full, ds.posted[K_RECV], ds.posted[K_SEND],
 	       ds.posted[K_WRITE], ds.posted[K_READ], ds.must_fail, ds.completions, ds.ok, ds.flushed,
-	       ds.errors, ds.discarded, ds.recv_checked, ds.recv_empty, ds.read_checked, ds.write_checked,
+	       ds.errors, ds.discarded, ds.lost, ds.recv_checked, ds.recv_empty, ds.read_checked, ds.write_checked,
 	       ds.drained, ds.drained_strict, ds.regs, ds.deregs, ds.enodev_tolerated, ds.lists, LIST_MAX,
 	       ds.lists - ds.list_einval - ds.list_enobufs - ds.list_enotconn, ds.list_wrs, ds.list_einval,
 	       ds.list_enobufs, ds.list_enobufs_strict, ds.list_enotconn, ds.imm_posted, ds.inline_posted, ds.imm_checked,

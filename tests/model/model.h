@@ -262,6 +262,7 @@ struct data_stats {
 	unsigned lists, list_wrs, list_einval, list_enobufs, list_enobufs_strict, list_enotconn, imm_posted, inline_posted;
 	unsigned imm_checked, order_checked;
 	unsigned completions, ok, flushed, errors, discarded, drained, drained_strict;
+	unsigned lost;           /* WRs whose QP went with no completion for them: 0 */
 	unsigned recv_checked, recv_empty, read_checked, write_checked, regs, deregs, enodev_tolerated;
 	unsigned srq_posts, srq_einval, srq_enodev, srq_enobufs, srq_enobufs_strict, srq_nokeys, srq_conn_einval;
 	unsigned srq_made, srq_remade, srq_gone, srq_limit_lows, srq_limit_removing, srq_completions, srq_ok;

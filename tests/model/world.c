@@ -239,13 +239,24 @@ void wr_finish(struct rec *r, struct wrec *w, enum wr_state st)
 		ds.discarded++;
 }
 
-/* Every WR still outstanding gets no completion from now on. */
+/* Every WR still outstanding gets no completion from now on.  A QP that is gone completed each
+ * of its WRs as its queue let go of it (a drain that timed out included): only an unsignaled
+ * send, which succeeded unreported, may be left (D4, qsm_conn_post_send(3)). */
 void discard(struct rec *r, enum wr_state st)
 {
 	srq_qp_gone(r);
 	for (unsigned i = r->wr_scan; i < r->nwr; i++)
-		if (r->wr[i].st == W_OUT)
+		if (r->wr[i].st == W_OUT) {
+			const struct wrec *w = &r->wr[i];
+
+			if (st == W_GONE_QP && (w->kind == K_RECV || w->signaled)) {
+				ds.lost++;
+				violate("%s queue #%u in %s: its QP is gone and %s wr %u (%ssignaled) never "
+					"completed", r->passive ? "passive" : "active", r->idx,
+					qsm_conn_state_name(r->q), kind_names[w->kind], i, w->signaled ? "" : "un");
+			}
 			wr_finish(r, &r->wr[i], st);
+		}
 	r->wr_scan = r->nwr;
 }
 
@@ -268,7 +279,8 @@ void observe(struct rec *r)
 {
 	if (r->gone || !r->qp_up)
 		return;
-	if (qsm_conn_qp_state(r->q) == -ENOENT) {
+	/* (gone to the runtime first: what it held completes before the sim's QP goes) */
+	if (qsm_conn_qp_state(r->q) == -ENOENT && sim_qp(r) == -ENOENT) {
 		discard(r, W_GONE_QP);
 		r->qp_up = false;
 	}

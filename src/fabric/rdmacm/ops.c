@@ -261,6 +261,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.resolve_route = qsm_rc_resolve_route,
 	.create_qp = rc_create_qp,
 	.destroy_qp = qsm_rc_destroy_qp,
+	.flush_qp = qsm_rc_flush_qp,
 	.connect = qsm_rc_connect,
 	.accept = qsm_rc_accept,
 	.reject = qsm_rc_reject,

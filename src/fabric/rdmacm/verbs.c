@@ -135,6 +135,27 @@ int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_
 	return n ? n : -EAGAIN;
 }
 
+/*
+ * What the QP still holds, taken now (a drain ended by its timeout, a device removal): every WR
+ * on its work queues and every late one, as our flushes, in post order.  flush_all stays set
+ * until the QP is destroyed, so whatever the device reports for them meanwhile is stale
+ * (wc_take), and no DRAINED follows: the runtime is done waiting for one.
+ */
+int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max)
+{
+	int n = 0;
+
+	if (!id || !qsm_rc_fid_has_qp(id))
+		return 0;
+	id->flush_all = true;
+	id->draining = id->drained_due = false;
+	while (n < max && synth_one(id, &cqe[n]))
+		n++;
+	if (n < max)
+		lq_del(id);   /* nothing left of it for qsm_rc_lq_take */
+	return n;
+}
+
 /* ---- completions ---- */
 
 /* A completion whose tag is not a WR of a QP's own work queue: an SRQ's receive (1, or 0 when

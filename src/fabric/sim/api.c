@@ -52,6 +52,7 @@ static const struct qsm_fabric_ops sim_ops = {
 	.reject = sim_reject,
 	.disconnect = sim_disconnect,
 	.drain = sim_drain,
+	.flush_qp = sim_flush_qp,
 	.id_device = sim_id_device,
 	.device_get = sim_device_get,
 	.device_put = sim_device_put,

@@ -233,6 +233,33 @@ static void event_taken(struct sim_fabric *f, struct sim_event *e)
 	free(e);
 }
 
+/* The completions of `id` not yet taken, queued then held (the order in which they would be
+ * taken), up to max, taken now as get_event would take them.  Returns how many. */
+int sim_take_completions(struct sim_id *id, struct qsm_fabric_cqe *cqe, int max)
+{
+	struct qsm_list *heads[2] = { &id->fab->queue, &id->fab->sim->held };
+	struct qsm_list *pos, *tmp;
+	int n = 0;
+
+	for (int i = 0; i < 2; i++) {
+		qsm_list_each(pos, tmp, heads[i]) {
+			struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
+
+			if (n == max)
+				return n;
+			if (e->id != id || e->event != QSM_EV_COMPLETION)
+				continue;
+			event_remove(e);
+			cqe[n].owner = id->owner;
+			cqe[n].id = fid_of(id);
+			cqe[n].wc = e->wc;
+			n++;
+			event_taken(id->fab, e);
+		}
+	}
+	return n;
+}
+
 /* The completions at the head of the queue, up to max, or the one event there. */
 int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
 		  int max)

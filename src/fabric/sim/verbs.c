@@ -199,6 +199,38 @@ int sim_drain(struct qsm_fid *fid)
 	return 0;
 }
 
+/*
+ * What the QP still holds, taken now (the runtime is about to destroy it): the completions it
+ * made that were not taken yet, then its receives still posted, flushed.  Its sends ran when
+ * posted, so theirs are among the completions; a DRAINED still due will not come.  The QP is in
+ * ERR from here (no LAST_WQE for that: it is going).
+ */
+int sim_flush_qp(struct qsm_fid *fid, struct qsm_fabric_cqe *cqe, int max)
+{
+	struct sim_id *id = to_id(fid);
+	int n;
+
+	if (!id || id->qp == SIM_QP_NONE)
+		return 0;
+	id->qp = SIM_QP_ERR;
+	n = sim_take_completions(id, cqe, max);
+	while (n < max && !qsm_list_empty(&id->recvs)) {
+		struct sim_recv *r = qsm_container_of(id->recvs.next, struct sim_recv, node);
+
+		cqe[n].owner = id->owner;
+		cqe[n].id = fid;
+		cqe[n].wc = (struct qsm_fabric_wc){ .wr_id = r->wr_id, .status = QSM_WC_WR_FLUSH_ERR,
+						    .opcode = QSM_WR_RECV };
+		n++;
+		id->nrecvs--;   /* its slot: freed as its completion is taken, which is now */
+		id->fab->sim->st.events_delivered++;   /* a completion delivered, as if queued */
+		recv_free(id, r);
+	}
+	if (n < max)
+		sim_drop_events(id, QSM_EV_DRAINED);
+	return n;
+}
+
 /* ---- MRs ---- */
 
 /*
