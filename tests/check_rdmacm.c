@@ -512,6 +512,72 @@ START_TEST(test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_
 }
 END_TEST
 
+/* A QP let go of with WRs on it (a drain past its timeout): flush_qp takes each once, in each
+ * work queue's post order, as the fabric's flush (an unsignaled send only as the device reports
+ * it); the provider's reports after that are stale, and no DRAINED is due. */
+START_TEST(test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale)
+{
+	struct rdma_cm_id cm = { 0 };
+	struct ibv_qp qp = { 0 };
+	struct qsm_fabric_cqe out[16];
+	struct wc_rig r;
+	uint64_t r0, r1, s1;
+
+	wc_rig_new(&r);
+	cm.qp = &qp;
+	r.id->cm = &cm;
+	r0 = wc_rig_post(&r, WQ_RECV, 100, QSM_WR_RECV, true);
+	r1 = wc_rig_post(&r, WQ_RECV, 101, QSM_WR_RECV, true);
+	(void)wc_rig_post(&r, WQ_SEND, 200, QSM_WR_SEND, false);
+	s1 = wc_rig_post(&r, WQ_SEND, 201, QSM_WR_RDMA_WRITE, true);
+	r.id->draining = true;   /* a drain under way: its marker is not back */
+	ck_assert_int_eq(qsm_rc_flush_qp(r.id, out, 2), 2);
+	ck_assert_uint_eq(out[0].wc.wr_id, 201);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RDMA_WRITE);
+	ck_assert_uint_eq(out[1].wc.wr_id, 100);
+	ck_assert_int_eq(out[1].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(out[1].wc.opcode, QSM_WR_RECV);
+	ck_assert_ptr_eq(out[1].owner, &r);
+	ck_assert_int_eq(qsm_rc_flush_qp(r.id, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 101);
+	ck_assert_int_eq(qsm_rc_flush_qp(r.id, out, 16), 0);
+	ck_assert(!r.id->on_lq && !r.id->drained_due);
+	/* what the device reports for them now, and the marker, hands out nothing */
+	wc_push(r0, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	wc_push(s1, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	wc_push(r1, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	wc_push(TAG_MARKER | r.id->qp_key, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert_uint_eq(r.f->wc_stale, 3);
+	ck_assert_uint_eq(r.f->wc_synth, 3);
+	ck_assert(!r.id->on_lq && !r.id->drained_due);
+	wc_rig_free(&r);
+}
+END_TEST
+
+/* The longest the kernel's CM takes to end a connect by itself: 1 + 15 sends of a REQ (or REP),
+ * each waiting 2 packet lifetimes and the CM response time (2^(t-8) ms each). */
+START_TEST(test_cm_timeout_covers_the_kernel_cms_retries)
+{
+	struct ibv_device dev = { .transport_type = IBV_TRANSPORT_IB };
+	struct ibv_context verbs = { .device = &dev };
+	struct ibv_sa_path_rec path = { .packet_life_time = 20 };
+	struct rdma_cm_id cm = { .verbs = &verbs };
+	struct qsm_fid id = { .cm = &cm };
+
+	ck_assert_uint_eq(qsm_rc_cm_timeout_ms(&id), 16 * (2 * 1024 + 4096));   /* RoCE's lifetime */
+	cm.route.path_rec = &path;
+	cm.route.num_paths = 1;
+	ck_assert_uint_eq(qsm_rc_cm_timeout_ms(&id), 16 * (2 * 4096 + 4096));   /* the path's */
+	path.packet_life_time = 14;
+	ck_assert_uint_eq(qsm_rc_cm_timeout_ms(&id), 16 * (2 * 1024 + 4096));   /* never below RoCE's */
+	dev.transport_type = IBV_TRANSPORT_IWARP;
+	ck_assert_uint_eq(qsm_rc_cm_timeout_ms(&id), 127000);                  /* TCP's SYN retries */
+	ck_assert_uint_eq(qsm_rc_cm_timeout_ms(NULL), 0);
+}
+END_TEST
+
 static Suite *rdmacm_suite(void)
 {
 	Suite *s = suite_create("rdmacm");
@@ -532,6 +598,8 @@ static Suite *rdmacm_suite(void)
 	t = tcase_create("completions");
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
+	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);
+	tcase_add_test(t, test_cm_timeout_covers_the_kernel_cms_retries);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -691,6 +691,65 @@ START_TEST(test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap)
 }
 END_TEST
 
+/* A fabric whose CM may take a minute to end an attempt by itself (the kernel's: its REQ and REP
+ * retries, src/fabric/rdmacm/ids.c). */
+static uint32_t minute_cm(struct qsm_fid *id)
+{
+	(void)id;
+	return 60000;
+}
+
+/* Both ESTABLISHED events of the accept are held: the CM is still at it (a REP or RTU lost in a
+ * storm and sent again). */
+static int hold_establishment(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)q;
+	(void)ev;
+	return qsm_sim_inject(sim, QSM_SIM_FAULT_HOLD, 2);
+}
+
+static const struct qsm_class slow_cm_server_class = {
+	.name = "slow-cm-server",
+	.qp_ready = hold_establishment,
+	.passive = { [QSM_ACCEPT_REQUESTED] = { .enter = server_requested } },
+	.unexpected = note_unexpected,
+};
+
+/*
+ * CONNECTING's and ACCEPTING's timeout (connect_ms, 5 s) waits out the CM's own end of the
+ * attempt, and a quarter more: the passive side used to close at 5 s a connection its client
+ * held LIVE a moment later (issue 15: 149 of 2,000 in a storm).
+ */
+START_TEST(test_connect_and_accept_timeouts_wait_out_the_cms_own_retries)
+{
+	static struct qsm_fabric_ops cops, sops;
+	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)&addr, .cls = &slow_cm_server_class };
+	struct qsm_listener *l;
+	struct qsm_conn *q;
+
+	cops = *cctx->ops;
+	cops.cm_timeout_ms = minute_cm;
+	cctx->ops = &cops;
+	sops = *sctx->ops;
+	sops.cm_timeout_ms = minute_cm;
+	sctx->ops = &sops;
+	ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), 0);
+	q = new_client("LOGIN alice");
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_CONNECTING);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 1);   /* in ACCEPTING */
+	harness_run_for(&world, 74000);   /* connect_ms (5 s) long gone; 60 s + 15 s not yet */
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_CONNECTING);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 1);
+	ck_assert_int_eq(qsm_sim_release(sim), 2);        /* the CM got there */
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(COUNT(sctx, events[QSM_EV_TIMEOUT]) + COUNT(cctx, events[QSM_EV_TIMEOUT]), 0);
+	ck_assert_int_eq(seen.unexpected, 0);
+}
+END_TEST
+
 /* A jittered delay may exceed UINT32_MAX ms (d + 40% of d): it must not wrap to a short one. */
 START_TEST(test_jittered_retry_delay_near_uint32_max_does_not_wrap)
 {
@@ -984,6 +1043,7 @@ static Suite *runtime_suite(void)
 
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_connect_reaches_live_on_both_sides);
+	tcase_add_test(t, test_connect_and_accept_timeouts_wait_out_the_cms_own_retries);
 	tcase_add_test(t, test_disconnect_closes_both_sides_and_frees_everything);
 	tcase_add_test(t, test_bad_private_data_is_rejected_with_a_reason);
 	tcase_add_test(t, test_reconnect_policy_gives_up_after_max_attempts);

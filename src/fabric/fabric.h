@@ -256,6 +256,12 @@ struct qsm_fabric_ops {
 	 * DRAINED still due) comes for the QP after this. */
 	int (*flush_qp)(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
 
+	/* The longest the fabric's CM may take to end a connect or an accept on the id by itself
+	 * (ESTABLISHED, or REJECTED / UNREACHABLE / CONNECT_ERROR once its retries ran out), in
+	 * ms; 0: its CM never stalls.  The runtime's CONNECTING and ACCEPTING timeouts never fire
+	 * before it: a library timer that races the CM tears down connections it would complete. */
+	uint32_t (*cm_timeout_ms)(struct qsm_fid *id);
+
 	/* The device an id is on (after ADDR_RESOLVED, or bind to a device address), or NULL. */
 	struct qsm_fdev *(*id_device)(struct qsm_fid *id);
 	/* References that keep the device's resources (PD, CQs) alive; removal waits for 0. */

@@ -208,6 +208,41 @@ int qsm_rc_accept(struct qsm_fid *id, const void *pdata, size_t len)
 	return 0;
 }
 
+/*
+ * How long the kernel's CM may take to end a connect or an accept by itself.  IB and RoCE (the
+ * IB CM, drivers/infiniband/core/cm.c and cma.c): a REQ, and the REP that answers it, is sent
+ * up to 1 + max_cm_retries (rdma_cm: CMA_MAX_CM_RETRIES, 15) times, each waiting
+ * 2 x the path's packet lifetime + the peer's CM response time (CMA_CM_RESPONSE_TIMEOUT, 20),
+ * those being 4.096 us x 2^value (the kernel's cm_convert_to_ms: 2^(value - 8) ms); then the
+ * active side gets UNREACHABLE (-ETIMEDOUT) for its REQ, the passive side for its REP.  The
+ * lifetime is the route's when it has one; RoCE's is the rdma_cm's constant, taken at the
+ * larger of its values across kernels (16 and 18).  With RoCE's, 16 x (2 x 1024 + 4096) ms:
+ * 98 s.  iWARP connects over TCP first: its SYN retries (tcp_syn_retries 6, 127 s) bound it.
+ */
+#define CM_MAX_RETRIES 15
+#define CM_RESPONSE_TIMEOUT 20
+#define CM_IBOE_PACKET_LIFETIME 18
+#define CM_IWARP_MS 127000u
+
+static uint32_t iba_ms(unsigned t)
+{
+	return 1u << (t > 8 ? (t > 31 ? 23 : t - 8) : 0);
+}
+
+uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id)
+{
+	unsigned plt = CM_IBOE_PACKET_LIFETIME;
+
+	if (!id)
+		return 0;
+	if (id->cm->verbs && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IWARP)
+		return CM_IWARP_MS;
+	if (id->cm->route.num_paths > 0 && id->cm->route.path_rec &&
+	    (id->cm->route.path_rec->packet_life_time & 0x3f) > plt)
+		plt = id->cm->route.path_rec->packet_life_time & 0x3f;
+	return (CM_MAX_RETRIES + 1) * (2 * iba_ms(plt) + iba_ms(CM_RESPONSE_TIMEOUT));
+}
+
 int qsm_rc_reject(struct qsm_fid *id, const void *pdata, size_t len)
 {
 	if (!id || !pdata_ok(id, pdata, len, PDATA_REJ))

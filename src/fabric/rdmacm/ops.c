@@ -262,6 +262,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.create_qp = rc_create_qp,
 	.destroy_qp = qsm_rc_destroy_qp,
 	.flush_qp = qsm_rc_flush_qp,
+	.cm_timeout_ms = qsm_rc_cm_timeout_ms,
 	.connect = qsm_rc_connect,
 	.accept = qsm_rc_accept,
 	.reject = qsm_rc_reject,

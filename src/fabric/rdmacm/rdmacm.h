@@ -346,6 +346,7 @@ int qsm_rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss);
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
 void qsm_rc_destroy_qp(struct qsm_fid *id);
 int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
+uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
 int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);
