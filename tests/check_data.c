@@ -735,6 +735,39 @@ START_TEST(test_a_window_bound_by_the_server_takes_the_clients_write_and_its_sen
 }
 END_TEST
 
+/* A window bound to an MR holds it: qsm_mr_dereg() is -EBUSY and the MR stays registered and
+ * usable (a ULP that freed the memory on a 0 would have the peer's write land in freed memory);
+ * with the window freed, the dereg goes through. */
+START_TEST(test_dereg_of_an_mr_with_a_bound_window_is_ebusy_and_the_mr_stays_usable)
+{
+	struct qsm_conn *q = connect_client();
+	struct qsm_sge s = { (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	struct qsm_mw *mw;
+	uint32_t rkey, mr_rkey = qsm_mr_rkey(srv.mr);
+
+	ck_assert_ptr_nonnull(srv_queue);
+	ck_assert_int_eq(qsm_conn_alloc_mw(srv_queue, &mw), 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(srv_queue, 70, mw, srv.mr, (uintptr_t)srv.data + 32, 16,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_int_eq(srv.last.opcode, QSM_WR_BIND_MW);
+	rkey = qsm_mw_rkey(mw);
+	ck_assert_int_eq(qsm_mr_dereg(srv.mr), -EBUSY);
+	ck_assert(qsm_mr_valid(srv.mr));
+	ck_assert_uint_eq(qsm_mr_rkey(srv.mr), mr_rkey);
+	strcpy(cli.data, "held");
+	ck_assert_int_eq(qsm_conn_post_write(q, 71, &s, 1, (uintptr_t)srv.data + 32, rkey, QSM_POST_SIGNALED), 0);
+	ck_assert_int_eq(qsm_conn_post_write(q, 72, &s, 1, (uintptr_t)srv.data + 8, mr_rkey, QSM_POST_SIGNALED), 0);
+	pump();
+	ck_assert_str_eq(srv.data + 32, "held");
+	ck_assert_str_eq(srv.data + 8, "held");
+	ck_assert_int_eq(srv.errors + cli.errors, 0);
+	ck_assert_int_eq(qsm_mw_free(mw), 0);
+	ck_assert_int_eq(qsm_mr_dereg(srv.mr), 0);
+	srv.mr = NULL;
+}
+END_TEST
+
 /* ---- the door: each check of a WR, one kind of bad WR each (src/data/post.c) ---- */
 
 /* Known caps: 4 sends, 4 receives, 2 SGEs each way, 16 bytes inline. */
@@ -1145,6 +1178,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_first_error_completion_of_a_qp_is_followed_by_one_wc_error_and_a_new_qp_has_its_own);
 	tcase_add_test(t, test_wc_error_comes_before_what_the_completion_handler_queues);
 	tcase_add_test(t, test_a_window_bound_by_the_server_takes_the_clients_write_and_its_send_with_inv);
+	tcase_add_test(t, test_dereg_of_an_mr_with_a_bound_window_is_ebusy_and_the_mr_stays_usable);
 	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_wr_posts_nothing_and_holds_no_slot);
 	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_bind);
 	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_srq_receive_and_holds_no_slot);

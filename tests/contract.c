@@ -1579,6 +1579,21 @@ static int mw_bind(struct qsm_fid *p, uint64_t wr_id, struct qsm_fmw *mw, const 
 				QSM_POST_SIGNALED, rkey);
 }
 
+/* The window cases' start: a connected pair (*a, *p), the client's source src (filled from
+ * seed) in *rs, the server's dst in *rd (it takes windows), and an unbound window on p's device. */
+static struct qsm_fmw *mw_pair_up(struct qsm_fid **a, struct qsm_fid **p, uint8_t *src, size_t nsrc,
+				  uint8_t *dst, size_t ndst, uint8_t seed, struct region *rs, struct region *rd)
+{
+	struct qsm_fmw *mw;
+
+	connect_pair(a, p);
+	fill(src, nsrc, seed);
+	*rs = reg(fc, *a, src, nsrc, 0);
+	*rd = reg(fs, *p, dst, ndst, QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_MW_BIND);
+	ck_assert_int_eq(fs->ops->alloc_mw(fs->ops->id_device(*p), &mw), 0);
+	return mw;
+}
+
 START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_invalidates_it)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
@@ -1589,11 +1604,7 @@ START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_inv
 	struct qsm_fmw *mw, *mw2;
 	uint32_t rkey, rkey2;
 
-	connect_pair(&a, &p);
-	fill(src, sizeof(src), 3);
-	rs = reg(fc, a, src, sizeof(src), 0);
-	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_MW_BIND);
-	ck_assert_int_eq(fs->ops->alloc_mw(fs->ops->id_device(p), &mw), 0);
+	mw = mw_pair_up(&a, &p, src, sizeof(src), dst, sizeof(dst), 3, &rs, &rd);
 	/* (An MR without MW_BIND, a range beyond the MR, other access bits: the runtime's door
 	 * refuses them before any fabric, tests/check_data.c.) */
 	ck_assert_int_eq(mw_bind(p, 52, mw, &rd, 16, 32, &rkey), 0);
@@ -1629,6 +1640,45 @@ START_TEST(test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_inv
 	fs->ops->dealloc_mw(mw2);
 	fc->ops->dereg_mr(rs.mr);
 	fs->ops->dereg_mr(rd.mr);
+	pair_down(l, a, p);
+	assert_clean();
+}
+END_TEST
+
+/* A window bound to an MR holds the MR: its dereg is refused (-EBUSY; ibv_dereg_mr fails while
+ * a type-2 window is bound, IBA 10.6.7.2.6) and leaves it registered, so a peer's write through
+ * the window never lands in memory its owner believes released.  Invalidated, the window holds
+ * nothing and the dereg goes through. */
+START_TEST(test_dereg_of_an_mr_with_a_bound_window_is_ebusy_and_leaves_the_mr_registered)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[16], dst[64] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge one;
+	struct qsm_fmw *mw;
+	uint32_t rkey;
+
+	mw = mw_pair_up(&a, &p, src, sizeof(src), dst, sizeof(dst), 5, &rs, &rd);
+	ck_assert_int_eq(mw_bind(p, 55, mw, &rd, 16, 32, &rkey), 0);
+	expect_wc(fs, &SRV, 55, QSM_WC_SUCCESS, QSM_WR_BIND_MW);
+	ck_assert_int_eq(fs->ops->dereg_mr(rd.mr), -EBUSY);
+	/* still registered: the MR's own rkey and the window's both reach the memory */
+	one = sge(&rs, 0, 8);
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_RDMA_WRITE, &one, 1, (uintptr_t)dst, rd.rkey), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_bytes(dst, src, 8);
+	ck_assert_int_eq(post_wr(fc, a, 2, QSM_WR_RDMA_WRITE, &one, 1, (uintptr_t)dst + 16, rkey), 0);
+	expect_wc(fc, &CLI, 2, QSM_WC_SUCCESS, QSM_WR_RDMA_WRITE);
+	expect_bytes(dst + 16, src, 8);
+	ck_assert_int_eq(fs->ops->post_send(p, &(struct qsm_fabric_wr){ .wr_id = 56, .opcode = QSM_WR_LOCAL_INV,
+		.flags = QSM_POST_SIGNALED, .imm_data = rkey }, 1, NULL), 0);
+	expect_wc(fs, &SRV, 56, QSM_WC_SUCCESS, QSM_WR_LOCAL_INV);
+	ck_assert_int_eq(fs->ops->dereg_mr(rd.mr), 0);
+	expect_none(fs);
+	expect_none(fc);
+
+	fs->ops->dealloc_mw(mw);
+	fc->ops->dereg_mr(rs.mr);
 	pair_down(l, a, p);
 	assert_clean();
 }
@@ -1729,6 +1779,7 @@ int contract_add_cases(TCase *tc)
 	tcase_add_test(tc, test_srq_receives_go_in_post_order_to_whichever_qp_a_send_lands_on_and_stay_when_one_errs);
 	tcase_add_test(tc, test_srq_limit_fires_once_below_the_limit_then_is_disarmed);
 	tcase_add_test(tc, test_a_memory_window_reaches_its_range_by_its_rkey_until_the_peer_invalidates_it);
+	tcase_add_test(tc, test_dereg_of_an_mr_with_a_bound_window_is_ebusy_and_leaves_the_mr_registered);
 	tcase_add_test(tc, test_device_refusing_a_wr_part_way_posts_the_prefix_only_and_holds_only_its_slots);
 	return 30;
 }

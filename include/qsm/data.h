@@ -113,6 +113,9 @@ struct qsm_wr {
  * Then qsm_mr_valid() turns 0; the handle itself stays yours until qsm_mr_dereg() or the
  * queue's release.  Errors: -EINVAL (bad arguments), -ENODEV (the queue is on no device:
  * not resolved yet, or its device is gone), or what the device says (-ENOMEM...).
+ * qsm_mr_dereg(): 0 (deregistered, the handle freed); -EBUSY while a memory window is bound
+ * to the MR (free or invalidate the window first: verbs refuses the same), or what the device
+ * says, and then the MR stays registered, its keys and handle valid.
  */
 int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, struct qsm_mr **ret);
 int qsm_mr_dereg(struct qsm_mr *mr);

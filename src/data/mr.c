@@ -43,10 +43,15 @@ int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, stru
 	return 0;
 }
 
+/* Refused (-EBUSY) while a window is bound to it: the handle and the registration stay, so the
+ * ULP does not free memory the peer can still write through the window. */
 int qsm_mr_dereg(struct qsm_mr *mr)
 {
+	int r;
+
 	qsm_check(mr, -EINVAL);
-	qsm_mr_release(mr);
+	if ((r = qsm_mr_release(mr)) < 0)
+		return r;
 	qsm_list_del(&mr->node);
 	free(mr);
 	return 0;

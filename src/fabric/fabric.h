@@ -82,8 +82,11 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   until its completion is taken by get_event() -- an unsignaled one until that of a later
  *   WR of the send queue, or the DRAINED that ends the drain; a receive until its own.
  *   Posts beyond: -ENOBUFS.  A post to a QP in ERR holds none (it is flushed, not queued).
- * - reg_mr() registers memory with the device's PD; dereg_mr() releases it.  An MR keeps
- *   its device's resources alive like a device_get() reference does.
+ * - reg_mr() registers memory with the device's PD; dereg_mr() releases it: 0, or -EBUSY
+ *   while a memory window is bound to it (ibv_dereg_mr fails so, IBA 10.6.7.2.6: the peer may
+ *   still reach the memory through the window's rkey), or what the device says; on an error
+ *   the MR stays registered, keys and accounting unchanged.  An MR keeps its device's
+ *   resources alive like a device_get() reference does.
  * - post_send()/post_recv() post on the id's QP.  Every signaled send WR and every recv WR
  *   comes back as exactly one completion (a struct qsm_fabric_cqe: owner = the id's owner, `wc`
  *   filled), in the order the QP completes them; unsignaled sends come back only in error.
@@ -142,6 +145,8 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   responder, whose receive completes with QSM_WC_WITH_INV and invalidated_rkey; LOCAL_INV
  *   (imm_data our rkey, no SGEs) invalidates our own.  An invalidated window reaches nothing:
  *   the peer's RDMA through it fails as with any refused rkey.
+ * - A bound window holds its MR: dereg_mr() of it is -EBUSY until the window is invalidated
+ *   or freed.
  */
 
 /*
@@ -279,7 +284,7 @@ struct qsm_fabric_ops {
 	/* ---- data path (see the contract above) ---- */
 	int (*reg_mr)(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		      uint32_t *lkey, uint32_t *rkey);
-	void (*dereg_mr)(struct qsm_fmr *mr);
+	int (*dereg_mr)(struct qsm_fmr *mr);
 	int (*post_send)(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 	int (*post_recv)(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 			 int num_sge);

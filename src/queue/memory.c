@@ -4,13 +4,19 @@
 
 #include "queue/queue.h"
 
-void qsm_mr_release(struct qsm_mr *mr)
+/* 0, or why the fabric refused (-EBUSY: a window is bound to it): then the MR stays
+ * registered, its keys valid. */
+int qsm_mr_release(struct qsm_mr *mr)
 {
+	int r;
+
 	if (mr->fmr) {
-		mr->q->ctx->ops->dereg_mr(mr->fmr);
+		if ((r = mr->q->ctx->ops->dereg_mr(mr->fmr)) < 0)
+			return r;
 		mr->fmr = NULL;
 		mr->lkey = mr->rkey = 0;
 	}
+	return 0;
 }
 
 void qsm_mw_release(struct qsm_mw *mw)
@@ -23,8 +29,9 @@ void qsm_mw_release(struct qsm_mw *mw)
 }
 
 /* The device goes (or the queue moves to another one, or closes): deregister everything,
- * windows first (they are bound to the MRs); the handles stay the ULP's unless the queue
- * itself is being freed. */
+ * windows first (they are bound to the MRs, and a bound window makes the fabric refuse its
+ * MR's dereg; a queue binds only its own windows to its own MRs, so none is left bound here);
+ * the handles stay the ULP's unless the queue itself is being freed. */
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
 {
 	struct qsm_list *n, *next;

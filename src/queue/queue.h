@@ -106,7 +106,7 @@ uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 			  uint32_t *next_delay_ms);
 
 /* memory.c: what a queue registered, let go of with its device or its queue */
-void qsm_mr_release(struct qsm_mr *mr);
+int qsm_mr_release(struct qsm_mr *mr);
 void qsm_mw_release(struct qsm_mw *mw);
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles);
 

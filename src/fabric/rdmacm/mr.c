@@ -81,12 +81,22 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 	return 0;
 }
 
-void qsm_rc_dereg_mr(struct qsm_fmr *m)
+/* Refused while a window is bound to the MR (IBA 10.6.7.2.6): the MR stays registered and
+ * counted.  ibv_dereg_mr returns the errno; rxe says EINVAL for a bound MR (rxe_dereg_mr:
+ * "mr has mw's bound"), which is the only EINVAL an MR of ours can get, so it reads EBUSY as
+ * the other providers say it. */
+int qsm_rc_dereg_mr(struct qsm_fmr *m)
 {
+	int r;
+
 	if (!m)
-		return;
-	ibv_dereg_mr(m->mr);
+		return 0;
+	if ((r = ibv_dereg_mr(m->mr)) != 0) {
+		r = r > 0 ? r : errno > 0 ? errno : EIO;
+		return r == EINVAL ? -EBUSY : -r;
+	}
 	pd_obj_free(m->dev, m);
+	return 0;
 }
 
 /* A type-2 window, unbound; it holds the device's resources as an MR does (counted in nmrs). */

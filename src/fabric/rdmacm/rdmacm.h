@@ -350,7 +350,7 @@ uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
 int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);
-void qsm_rc_dereg_mr(struct qsm_fmr *m);
+int qsm_rc_dereg_mr(struct qsm_fmr *m);
 int qsm_rc_alloc_mw(struct qsm_fdev *d, struct qsm_fmw **ret);
 void qsm_rc_dealloc_mw(struct qsm_fmw *w);
 int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struct qsm_fmr *mr,

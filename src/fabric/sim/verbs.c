@@ -304,12 +304,31 @@ static void dev_key_free(struct sim_device *d, struct qsm_list *node, unsigned *
 	sim_device_settle(d);
 }
 
-void sim_dereg_mr(struct qsm_fmr *fmr)
+static bool mr_has_window(const struct sim_mr *mr)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &mr->dev->mws) {
+		const struct sim_mw *w = qsm_container_of(pos, struct sim_mw, node);
+
+		if (w->bound && w->mr == mr)
+			return true;
+	}
+	return false;
+}
+
+/* Refused while a window is bound to the MR, as ibv_dereg_mr refuses it (IBA 10.6.7.2.6): a
+ * peer that still holds the window's rkey would write into memory its owner takes as free. */
+int sim_dereg_mr(struct qsm_fmr *fmr)
 {
 	struct sim_mr *mr = (struct sim_mr *)(void *)fmr;
 
-	if (mr)
-		dev_key_free(mr->dev, &mr->node, &mr->dev->sim->st.mrs, mr);
+	if (!mr)
+		return 0;
+	if (mr_has_window(mr))
+		return -EBUSY;
+	dev_key_free(mr->dev, &mr->node, &mr->dev->sim->st.mrs, mr);
+	return 0;
 }
 
 static bool mr_covers(const struct sim_mr *mr, uint64_t addr, uint64_t len)
@@ -723,6 +742,7 @@ int sim_bind_mw(struct qsm_fid *fid, uint64_t wr_id, struct qsm_fmw *fmw, struct
 	}
 	w->rkey = (w->rkey & ~0xffu) | ((w->rkey + 1) & 0xffu);   /* as ibv_inc_rkey */
 	w->bound = true;
+	w->mr = mr;
 	w->addr = addr;
 	w->len = len;
 	w->access = access;

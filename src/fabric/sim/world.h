@@ -50,6 +50,7 @@ struct sim_mw {
 	struct sim_device *dev;
 	uint32_t rkey;
 	bool bound;
+	struct sim_mr *mr;                   /* while bound: the MR it is bound to (held: no dereg) */
 	uint64_t addr, len;
 	int access;                          /* QSM_ACCESS_REMOTE_* */
 };
@@ -297,7 +298,7 @@ int sim_flush_qp(struct qsm_fid *fid, struct qsm_fabric_cqe *cqe, int max);
 int sim_take_completions(struct sim_id *id, struct qsm_fabric_cqe *cqe, int max);
 int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
 	       uint32_t *lkey, uint32_t *rkey);
-void sim_dereg_mr(struct qsm_fmr *fmr);
+int sim_dereg_mr(struct qsm_fmr *fmr);
 int sim_post_send(struct qsm_fid *fid, const struct qsm_fabric_wr *wr, int n, int *posted);
 int sim_post_recv(struct qsm_fid *fid, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		  int num_sge);
