@@ -961,6 +961,47 @@ START_TEST(test_a_bind_the_device_cannot_make_completes_mw_bind_err_and_errs_the
 }
 END_TEST
 
+/* A window's rkey is never given again while the world lives (qsm_conn_alloc_mw(3)): once the
+ * window is invalidated and freed, no MR registered after it takes its rkey, however many, so
+ * a peer that kept it reaches nothing.  (MR keys and window rkeys came from one counter: the
+ * rkey of about the 640th MR was the first window's.) */
+START_TEST(test_a_stale_window_rkey_reaches_nothing_after_many_registrations)
+{
+	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
+	uint8_t src[8] = { 7 }, dst[16] = { 0 };
+	struct region rs, rd;
+	struct qsm_fabric_sge one;
+	struct qsm_fmw *mw;
+	uint32_t stale;
+	int i;
+
+	connect_pair(&a, &p);
+	rs = reg(fc, a, src, sizeof(src), 0);
+	rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_MW_BIND);
+	ck_assert_int_eq(fs->ops->alloc_mw(fs->ops->id_device(p), &mw), 0);
+	ck_assert_int_eq(fs->ops->bind_mw(p, 50, mw, rd.mr, (uintptr_t)dst, 8, QSM_ACCESS_REMOTE_WRITE,
+					  QSM_POST_SIGNALED, &stale), 0);
+	expect_wc(fs, &SRV, 50, QSM_WC_SUCCESS, QSM_WR_BIND_MW);
+	ck_assert_int_eq(fs->ops->post_send(p, &(struct qsm_fabric_wr){ .wr_id = 51, .opcode = QSM_WR_LOCAL_INV,
+		.flags = QSM_POST_SIGNALED, .imm_data = stale }, 1, NULL), 0);
+	expect_wc(fs, &SRV, 51, QSM_WC_SUCCESS, QSM_WR_LOCAL_INV);
+	fs->ops->dealloc_mw(mw);
+	/* MRs come and go on the same memory: none may take the stale rkey (keep the one that does) */
+	for (i = 0; i < 4096; i++) {
+		fs->ops->dereg_mr(rd.mr);
+		rd = reg(fs, p, dst, sizeof(dst), QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE);
+		if (rd.rkey == stale || rd.lkey == stale)
+			break;
+	}
+	ck_assert_msg(i == 4096, "MR %d took the stale window rkey 0x%x", i, (unsigned)stale);
+	one = sge(&rs, 0, sizeof(src));
+	ck_assert_int_eq(post_wr(fc, a, 1, QSM_WR_RDMA_WRITE, &one, 1, (uintptr_t)dst, stale), 0);
+	expect_wc(fc, &CLI, 1, QSM_WC_REM_ACCESS_ERR, QSM_WR_RDMA_WRITE);
+	expect_zero(dst, sizeof(dst));
+	data_pair_down(l, a, p, &rs, &rd);
+}
+END_TEST
+
 START_TEST(test_destroy_qp_discards_outstanding_recvs_and_untaken_completions)
 {
 	struct qsm_fid *l = listener_on(fs, &LIS, B_IP, PORT), *a, *p;
@@ -1377,6 +1418,7 @@ static void sim_only_cases(TCase *tc)
 	tcase_add_test(tc, test_post_checks_arguments_and_qp_caps_without_effect);
 	tcase_add_test(tc, test_destroy_qp_discards_outstanding_recvs_and_untaken_completions);
 	tcase_add_test(tc, test_a_bind_the_device_cannot_make_completes_mw_bind_err_and_errs_the_qp);
+	tcase_add_test(tc, test_a_stale_window_rkey_reaches_nothing_after_many_registrations);
 	tcase_add_test(tc, test_send_to_a_peer_qp_in_err_is_retry_exc_err_after_the_peer_flushed);
 	tcase_add_test(tc, test_mr_keeps_a_removed_device_removing_until_dereg);
 	tcase_add_test(tc, test_reg_mr_checks_arguments_and_gives_world_unique_keys);

@@ -48,7 +48,8 @@ extern "C" {
  * and its completions are queued behind the events already queued, and reach the
  * class's `completion` handler in that order.
  * - Memory: registering needs an UP device (qsm_conn_reg_mr() returns -ENODEV) and
- *   gives distinct, world-unique lkey and rkey, never reused.  A memory region keeps
+ *   gives distinct, world-unique lkey and rkey, never reused, nor ever a memory window's
+ *   rkey (a space of their own; a space used up is -ENOMEM).  A memory region keeps
  *   its device REMOVING until it is deregistered (qsm_mr_dereg(), or the library
  *   right after the class's device_removed handler).  QSM_ACCESS_REMOTE_WRITE
  *   without QSM_ACCESS_LOCAL_WRITE is -EINVAL, as with ibv_reg_mr.  As the kernel, which

@@ -275,6 +275,9 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 		return -EFAULT;
 	if (!device_up(d))
 		return -ENODEV;
+	/* out of keys: the device can register no more (a key is never given twice) */
+	if (d->sim->next_mr_key >= SIM_WINDOW_KEYS - 2)
+		return -ENOMEM;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
@@ -283,8 +286,8 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 	mr->len = len;
 	mr->access = access;
 	/* Distinct lkey and rkey, so that a ULP that mixes them up fails here as on some HCAs. */
-	mr->lkey = ++d->sim->next_key;
-	mr->rkey = ++d->sim->next_key;
+	mr->lkey = ++d->sim->next_mr_key;
+	mr->rkey = ++d->sim->next_mr_key;
 	qsm_list_add_tail(&d->mrs, &mr->node);
 	d->nmrs++;
 	d->sim->st.mrs++;
@@ -391,11 +394,14 @@ int sim_alloc_mw(struct qsm_fdev *fdev, struct qsm_fmw **ret)
 		return -EINVAL;
 	if (!device_up(d))
 		return -ENODEV;
+	if (d->sim->next_mw_index >= SIM_WINDOW_INDEX_MAX)
+		return -ENOMEM;   /* out of window indexes: never one given twice */
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->dev = d;
-	w->rkey = (++d->sim->next_key) << 8;   /* the low byte is the key each bind moves on */
+	/* its own space (world.h): no MR key ever equals one of its rkeys, stale ones included */
+	w->rkey = SIM_WINDOW_KEYS | (++d->sim->next_mw_index) << 8;   /* the low byte: the key */
 	qsm_list_add_tail(&d->mws, &w->node);
 	d->nmrs++;
 	d->sim->st.mws++;

@@ -45,6 +45,9 @@ struct sim_device {
 };
 
 /* A type-2 memory window: while bound, its rkey reaches [addr, addr + len) of its MR. */
+#define SIM_WINDOW_KEYS 0x80000000u        /* the bit of a window's rkey; an MR key never has it */
+#define SIM_WINDOW_INDEX_MAX ((SIM_WINDOW_KEYS >> 8) - 1)
+
 struct sim_mw {
 	struct qsm_list node;                    /* in sim_device.mws */
 	struct sim_device *dev;
@@ -168,7 +171,11 @@ struct qsm_sim {
 	bool free_pending;                   /* qsm_sim_free() came while fabrics were alive */
 	unsigned faults[QSM_SIM_FAULT_COUNT];
 	unsigned next_port;
-	uint32_t next_key;                   /* MR keys: never reused, so a stale key never matches */
+	/* Keys are never reused in the world's life, so a stale key never matches: MR keys count
+	 * up below SIM_WINDOW_KEYS, window rkeys are SIM_WINDOW_KEYS | index << 8 | the key byte
+	 * each bind moves on (as verbs' index and key); the two spaces never meet, and a space
+	 * that runs out is -ENOMEM, never a wrap. */
+	uint32_t next_mr_key, next_mw_index;
 	struct qsm_sim_stats st;
 };
 
