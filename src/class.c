@@ -42,6 +42,19 @@ static void resolve_qp(struct qsm_fabric_qp_attr *a, const struct qsm_class *c)
 	}
 }
 
+/* No WR carries more than QSM_MAX_SGE SGEs (the door's limit, the fabrics' arrays), so a cap
+ * above it could never be used: accepted, the queue would go LIVE on a promise the library
+ * cannot keep.  Every class of the chain is checked, not only the one whose caps apply, as
+ * the comp_mask is: such a class is a mistake wherever it stands. */
+bool qsm_class_caps_ok(const struct qsm_class *c)
+{
+	for (const struct qsm_class *k = c; k; k = k->super)
+		if (k->qp.max_send_sge > QSM_MAX_SGE || k->qp.max_recv_sge > QSM_MAX_SGE ||
+		    k->srq.max_sge > QSM_MAX_SGE)
+			return false;
+	return true;
+}
+
 /* Every slot looked up once per class and ctx (a ctx is one thread: no locking), so the
  * dispatch path reads a table; freed with the ctx. */
 static void vtables_free(struct qsm_ctx *ctx)

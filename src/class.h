@@ -21,6 +21,11 @@ struct qsm_vtable {
 	struct qsm_vtable *next;
 };
 
+/* Whether every class up c's chain asks for caps a queue can have: no SGE count above
+ * QSM_MAX_SGE (qp.max_send_sge, qp.max_recv_sge, srq.max_sge).  qsm_conn_new() and
+ * qsm_listener_new() refuse another class with -EINVAL. */
+bool qsm_class_caps_ok(const struct qsm_class *c);
+
 /* The table of class c in ctx (made at first use), the lookup ending in base. */
 const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_class *c,
 					const struct qsm_class *base);

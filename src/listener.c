@@ -151,6 +151,7 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 	qsm_check(o->addr && o->cls, -EINVAL);
 	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
 	qsm_check_class_mask(o->cls);
+	qsm_check(qsm_class_caps_ok(o->cls), -EINVAL);
 	qsm_check(o->backlog >= 0, -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
 		return r;

@@ -340,6 +340,46 @@ START_TEST(test_bad_arguments_are_einval_before_the_state_is_looked_at)
 }
 END_TEST
 
+/* Caps the library cannot honour (more SGEs than QSM_MAX_SGE, which no post may carry) are
+ * refused where the class is given, anywhere along its chain: -EINVAL from qsm_conn_new() and
+ * qsm_listener_new(), nothing made.  QSM_MAX_SGE itself is taken. */
+START_TEST(test_class_caps_above_qsm_max_sge_are_einval_at_qsm_conn_new_and_qsm_listener_new)
+{
+	static const struct qsm_class send_over = { .name = "send-over",
+		.qp = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = QSM_MAX_SGE + 1 } };
+	static const struct qsm_class recv_over = { .name = "recv-over",
+		.qp = { .max_send_wr = 4, .max_recv_wr = 4, .max_recv_sge = QSM_MAX_SGE + 1 } };
+	static const struct qsm_class srq_over = { .name = "srq-over",
+		.srq = { .max_wr = 4, .max_sge = QSM_MAX_SGE + 1 } };
+	static const struct qsm_class sub_of_over = { .name = "sub", .super = &srq_over };
+	static const struct qsm_class at_max = { .name = "at-max",
+		.qp = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = QSM_MAX_SGE,
+			.max_recv_sge = QSM_MAX_SGE }, .srq = { .max_wr = 4, .max_sge = QSM_MAX_SGE } };
+	const struct qsm_class *over[] = { &send_over, &recv_over, &srq_over, &sub_of_over };
+	struct qsm_conn *q;
+	struct qsm_listener *l;
+	struct qsm_counters k;
+
+	for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++) {
+		q = NULL;
+		l = NULL;
+		ck_assert_msg(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = over[i],
+			.dst = (struct sockaddr *)&addr }, &q) == -EINVAL, "qsm_conn_new took %s", over[i]->name);
+		ck_assert_ptr_null(q);
+		ck_assert_msg(qsm_listener_new(sctx, &(struct qsm_listener_opts){ .cls = over[i],
+			.addr = (struct sockaddr *)&addr }, &l) == -EINVAL, "qsm_listener_new took %s",
+			over[i]->name);
+		ck_assert_ptr_null(l);
+	}
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k, sizeof(k)), 0);
+	ck_assert_uint_eq(k.queues_live, 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &at_max,
+		.dst = (struct sockaddr *)&addr }, &q), 0);
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){ .cls = &at_max,
+		.addr = (struct sockaddr *)&addr }, &l), 0);
+}
+END_TEST
+
 /* A list is checked whole, at the door, before the queue's state: none of it is posted. */
 START_TEST(test_post_list_checks_every_wr_before_the_state_and_posts_none)
 {
@@ -1171,6 +1211,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_no_completion_after_destroy);
 	tcase_add_test(t, test_data_path_argument_checks);
 	tcase_add_test(t, test_bad_arguments_are_einval_before_the_state_is_looked_at);
+	tcase_add_test(t, test_class_caps_above_qsm_max_sge_are_einval_at_qsm_conn_new_and_qsm_listener_new);
 	tcase_add_test(t, test_pool_is_registered_per_device_and_released_with_it);
 	tcase_add_test(t, test_post_list_checks_every_wr_before_the_state_and_posts_none);
 	tcase_add_test(t, test_post_list_is_enobufs_beyond_max_send_wr_and_imm_reaches_the_handler);

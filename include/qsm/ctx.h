@@ -76,6 +76,8 @@ struct qsm_state_handlers {
  * Taken from the first class up the super chain that sets max_send_wr or max_recv_wr.
  * max_inline_data goes as is into the real fabric's rdma_create_qp() caps (the device may
  * refuse it); both fabrics refuse a QSM_POST_INLINE send beyond it with -EINVAL.
+ * An SGE count above QSM_MAX_SGE (here or in qsm_srq_caps.max_sge, in any class up the
+ * chain) cannot be honoured: qsm_conn_new() and qsm_listener_new() refuse the class, -EINVAL.
  */
 /* max_sge 0 means 1; limit 0: srq_low only when the SRQ is made. */
 struct qsm_srq_caps {

@@ -77,6 +77,7 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 	qsm_check(ctx && o && ret && o->cls && o->dst, -EINVAL);
 	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
 	qsm_check_class_mask(o->cls);
+	qsm_check(qsm_class_caps_ok(o->cls), -EINVAL);
 	qsm_check(o->private_data_len <= QSM_PDATA_REQ_MAX && (!o->private_data_len || o->private_data),
 		  -EINVAL);
 	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
