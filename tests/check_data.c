@@ -1154,6 +1154,46 @@ START_TEST(test_a_batch_of_completions_keeps_to_the_dispatch_budget)
 }
 END_TEST
 
+/* Issue 15 reported qsm_ctx_dispatch() returning budget + 1 when a batch filled the budget and
+ * one of its completions queued an event (the WC_ERROR of an error completion).  Every place
+ * of the error completion in the batch (first, just before, at and just after the budget's
+ * end), for small budgets and one larger: no call returns more than its budget, and every
+ * completion still reaches the handler. */
+START_TEST(test_an_error_completion_inside_a_batch_never_makes_dispatch_exceed_its_budget)
+{
+	static const unsigned budgets[] = { 1, 2, 3, 12 };
+	struct qsm_sge s = { 0 };
+
+	batch_setup();
+	for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
+		unsigned budget = budgets[b];
+
+		for (unsigned good = 0; good <= budget + 1; good++) {
+			struct qsm_conn *q = batch_client();
+			int r, calls = 0;
+
+			memset(batch_seen, 0, sizeof(batch_seen));
+			batch_queue[0] = q;
+			s = (struct qsm_sge){ (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+			writes(q, (int)good, 1);
+			/* refused by the peer: REM_ACCESS_ERR, the QP in ERR, the writes after it flushed */
+			ck_assert_int_eq(qsm_conn_post_write(q, 100, &s, 1, (uintptr_t)srv.data, 0xdead,
+							     QSM_POST_SIGNALED), 0);
+			writes(q, 3, 101);
+			do {
+				r = qsm_ctx_dispatch(cctx, budget);
+				ck_assert_msg(r >= 0 && (unsigned)r <= budget,
+					      "budget %u, %u good writes before the error: dispatch returned %d",
+					      budget, good, r);
+			} while (r > 0 && ++calls < 1000);
+			/* the writes, the refused one, the 3 flushed, and the receive qp_ready posted */
+			ck_assert_int_eq(batch_seen[0], (int)good + 5);
+			pump();
+		}
+	}
+}
+END_TEST
+
 /* A handler that aborts its queue in the middle of a batch: the queue's later completions of
  * the batch are dropped and counted, the queue outlives the batch (ASan, valgrind). */
 START_TEST(test_a_queue_aborted_in_the_middle_of_a_batch_gets_nothing_more_of_it)
@@ -1224,6 +1264,7 @@ static Suite *data_suite(void)
 	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_bind);
 	tcase_add_test(t, test_the_door_refuses_each_kind_of_bad_srq_receive_and_holds_no_slot);
 	tcase_add_test(t, test_a_batch_of_completions_keeps_to_the_dispatch_budget);
+	tcase_add_test(t, test_an_error_completion_inside_a_batch_never_makes_dispatch_exceed_its_budget);
 	tcase_add_test(t, test_a_queue_aborted_in_the_middle_of_a_batch_gets_nothing_more_of_it);
 	tcase_add_test(t, test_a_queue_destroyed_by_another_handler_in_a_batch_gets_nothing_more_of_it);
 	suite_add_tcase(s, t);

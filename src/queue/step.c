@@ -528,7 +528,8 @@ static int conn_state(const struct qsm_obj *o, enum qsm_machine *m)
 }
 
 /* An error completion: WC_ERROR, the QP's first, queued before the handler runs (stepped at
- * once after it if the FIFO had no room). */
+ * once after it if the FIFO had no room: then it is not counted against the dispatch budget,
+ * as an ABORT is not, qsm_ctx_dispatch(3); the batch still stops at the budget's end). */
 static void complete_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 {
 	bool wc_error_now = queue_wc_error(q, c) < 0;
