@@ -11,12 +11,15 @@ struct qsm_fabric;
 
 /*
  * A new fabric on the kernel's RDMA stack: one rdma_cm event channel, and per RDMA
- * device one protection domain and one completion queue shared by every QP of the
- * fabric on that device, created when the first QP needs them and released when the
- * last user lets go, or when the device is removed and the runtime has released
- * everything on it (so that `rdma link delete` and driver unbinds complete while the
- * process lives on).  New devices are looked for once a second and reported as
- * QSM_EV_DEVICE_ADDED.
+ * device one protection domain and a pool of completion queues on one completion
+ * channel: each QP of the fabric on that device is placed on a CQ of the pool with room
+ * for its work requests (a CQ is grown up to the device's max_cqe, and a new one made when
+ * none has room, up to its max_cq), and a CQ that no QP uses any more is freed unless it
+ * is the last one; an SRQ has a receive CQ of its own (see qsm_rdmacm_fabric_new(3)).
+ * They are created when the first QP needs them and released when the last user lets go,
+ * or when the device is removed and the runtime has released everything on it (so that
+ * `rdma link delete` and driver unbinds complete while the process lives on).  New
+ * devices are looked for once a second and reported as QSM_EV_DEVICE_ADDED.
  *
  * Like everything of a ctx, the fabric is not thread safe: one thread uses it.
  *
