@@ -183,6 +183,13 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx)
 		}
 		int event = t->event;
 
+		/* Not while the fabric holds events not taken yet (a CM channel's backlog in a
+		 * storm): the answer this timeout waits for may be there, in time, and firing first
+		 * would end what the kernel completed (issue 15).  They are taken first; a backlog
+		 * that never ends defers a timer at most QSM_CATCHUP_NS. */
+		if (event && ctx->ops->backlog && now - t->deadline_ns < QSM_CATCHUP_NS &&
+		    ctx->ops->backlog(ctx->fabric))
+			return;
 		qsm_timer_remove(ctx, t);
 		if (event)
 			qsm_post(ctx, qsm_timer_owner(t), event, 0);

@@ -14,6 +14,9 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timers_shrink(struct qsm_ctx *ctx, uint32_t hwm);
 
+/* The longest a due timer waits for the ctx to take what the fabric already has ready. */
+#define QSM_CATCHUP_NS (30ull * 1000000000ull)
+
 #define QSM_HEAP_MIN 64             /* the heap's first and smallest size, in timers */
 
 /* The clock is read at most once per dispatch pass, when first needed: everything a pass does

@@ -235,6 +235,11 @@ struct qsm_fabric_ops {
 	int (*fd)(struct qsm_fabric *f);
 	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
 			 int max);
+	/* Whether events other than completions are known to be ready and not yet returned by
+	 * get_event() (rdmacm: the CM channel's backlog, read until it said EAGAIN).  The ctx
+	 * fires a due timer only once this is false: the answer a state's timeout waits for may
+	 * be among them.  NULL: never known. */
+	bool (*backlog)(struct qsm_fabric *f);
 
 	int (*create_id)(struct qsm_fabric *f, void *owner, struct qsm_fid **ret);
 	void (*set_owner)(struct qsm_fid *id, void *owner);

@@ -247,11 +247,21 @@ static int rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	return r;
 }
 
+/* The CM channel (and the pins, the devices' channels) said readable and were not read to EAGAIN
+ * yet: events that came before a timer's expiry may be there. */
+static bool rc_backlog(struct qsm_fabric *base)
+{
+	struct rc_fabric *f = to_fab(base);
+
+	return f->ready_cm || f->ready_pins || f->ready_devs;
+}
+
 static const struct qsm_fabric_ops rc_ops = {
 	.name = "rdmacm",
 	.destroy = rc_destroy,
 	.fd = rc_fd,
 	.get_event = rc_get_event,
+	.backlog = rc_backlog,
 	.create_id = qsm_rc_create_id,
 	.set_owner = qsm_rc_set_owner,
 	.destroy_id = qsm_rc_destroy_id,

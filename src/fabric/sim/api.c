@@ -38,6 +38,7 @@ static const struct qsm_fabric_ops sim_ops = {
 	.destroy = sim_destroy,
 	.fd = sim_fd,
 	.get_event = sim_get_event,
+	.backlog = sim_backlog,
 	.create_id = sim_create_id,
 	.set_owner = sim_set_owner,
 	.destroy_id = sim_destroy_id,

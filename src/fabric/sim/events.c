@@ -233,6 +233,18 @@ static void event_taken(struct sim_fabric *f, struct sim_event *e)
 	free(e);
 }
 
+/* An event not a completion queued, not yet taken. */
+bool sim_backlog(struct qsm_fabric *base)
+{
+	struct sim_fabric *f = to_fabric(base);
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &f->queue)
+		if (qsm_container_of(pos, struct sim_event, node)->event != QSM_EV_COMPLETION)
+			return true;
+	return false;
+}
+
 /* The completions of `id` not yet taken, queued then held (the order in which they would be
  * taken), up to max, taken now as get_event would take them.  Returns how many. */
 int sim_take_completions(struct sim_id *id, struct qsm_fabric_cqe *cqe, int max)

@@ -302,6 +302,7 @@ int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr);
 void sim_destroy_qp(struct qsm_fid *fid);
 int sim_drain(struct qsm_fid *fid);
 int sim_flush_qp(struct qsm_fid *fid, struct qsm_fabric_cqe *cqe, int max);
+bool sim_backlog(struct qsm_fabric *base);
 int sim_take_completions(struct sim_id *id, struct qsm_fabric_cqe *cqe, int max);
 int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct qsm_fmr **ret,
 	       uint32_t *lkey, uint32_t *rkey);
