@@ -166,8 +166,12 @@ void vm_pump(struct qsm_ctx *a, struct qsm_ctx *b)
 		wait = tb;
 	if (wait > 0)
 		poll(pfd, 2, wait);
-	/* one side's dispatch feeds the other's (a send, its receive): until both are idle, bounded */
-	for (int round = 0; round < 1000; round++) {
+	/* one side's dispatch feeds the other's (a send, its receive): until both are idle, bounded
+	 * in rounds and in time (50 ms), so that a caller that watches the clock (a command run
+	 * while dispatching) looks again soon, however long a storm keeps both busy */
+	double t0 = vm_now();
+
+	for (int round = 0; round < 1000 && (vm_now() - t0) < 0.05; round++) {
 		int k = qsm_ctx_dispatch(a, 0), m = qsm_ctx_dispatch(b, 0);
 
 		if (k <= 0 && m <= 0)
@@ -219,24 +223,57 @@ static void print_kernel_stack(pid_t pid)
 		fclose(st);
 }
 
+/* What /proc/PID/status says of its state ("D (disk sleep)", "R (running)", ...). */
+static void print_proc_state(pid_t pid)
+{
+	char path[64], line[256];
+	FILE *st;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	st = fopen(path, "r");
+	while (st && fgets(line, sizeof(line), st))
+		if (!strncmp(line, "State:", 6))
+			printf("     %s", line);
+	if (st)
+		fclose(st);
+}
+
 double vm_run_dispatching(struct qsm_ctx *a, struct qsm_ctx *b, char *const argv[], int limit_ms,
 			  int *status)
 {
 	double t0 = vm_now();
 	pid_t pid = spawn(argv);
+	double took;
 
 	if (pid < 0)
 		return -1;
 	/* not a blocking waitpid: the command may need our queues to let go of the device first */
 	while ((vm_now() - t0) * 1000 < limit_ms) {
-		pid_t w = waitpid(pid, status, WNOHANG);
-
-		if (w == pid)
+		if (waitpid(pid, status, WNOHANG) == pid)
 			return vm_now() - t0;
 		vm_pump(a, b);
 	}
-	printf("   '%s %s ...' still running after %d ms; its kernel stack:\n", argv[0], argv[1], limit_ms);
+	/* the limit: it may have ended during the last pump; else say where it is, keep dispatching
+	 * for as long again (it may wait for us), then kill it -- and reap it, always */
+	if (waitpid(pid, status, WNOHANG) == pid)
+		return vm_now() - t0;
+	printf("   '%s %s ...' still running after %d ms; its state and kernel stack:\n", argv[0], argv[1],
+	       limit_ms);
+	print_proc_state(pid);
 	print_kernel_stack(pid);
+	while ((vm_now() - t0) * 1000 < 2.0 * limit_ms) {
+		if (waitpid(pid, status, WNOHANG) == pid) {
+			took = vm_now() - t0;
+			printf("   '%s %s ...' ended %.2f s after it started, over its %d ms limit: exit %d\n",
+			       argv[0], argv[1], took, limit_ms, vm_exit_code(*status));
+			return -1;
+		}
+		vm_pump(a, b);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, status, 0);
+	printf("   '%s %s ...' killed after %.2f s (twice its limit, dispatching all along)\n", argv[0],
+	       argv[1], vm_now() - t0);
 	return -1;
 }
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# qsm-vm: timeout 600
 # VM scenario: scale.sh with the server's 1,000 queues on one shared receive queue per device
 # (QSM_REMOVAL_SRQ=1): made with the first QP, released with the device at `rdma link delete`,
 # made again after the re-add, gone at the end; every receive from it echoed.
@@ -8,8 +9,8 @@ set -u
 . "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
 
 export QSM_REMOVAL_SRQ=1
-vm_setup scale-srq 1000 QSM_REMOVAL_BIN "${1:-1000}" "${2:-${QSM_REMOVAL_BIN:-./tests/vm/removal}}"
-vm_run_test scale-srq 300 --link-show
+vm_setup scale-srq 2000 QSM_REMOVAL_BIN "${1:-2000}" "${2:-${QSM_REMOVAL_BIN:-./tests/vm/removal}}"
+vm_run_test scale-srq 540 --link-show
 vm_removal_trace_checks --count
 grep -q 'share one SRQ per device' "$log" || fail "the server did not run on an SRQ ($log)"
 echo "PASS: $n live queues per side, the server's on one SRQ per device, through removal, re-add and reconnect"

@@ -1,0 +1,10 @@
+#!/bin/bash
+# qsm-vm: host-load 2
+# qsm-vm: timeout 900
+# VM scenario: scale.sh (2,000 queues per side, through device removal and re-add) with the
+# host's two cores busy beside the VM (tests/vm.test starts the busy loops this header asks for):
+# the connect storms, the drains and the removal under load, where timeouts that race the CM
+# and drains that end by their timeout show.  The same checks: spurious teardowns 0,
+# completions lost 0, unexpected 0.
+#   tests/vm/run tests/vm/scenarios/scale-loaded.sh [N [BINARY]]   (no load without vm.test)
+exec bash "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/scale.sh" "$@"
