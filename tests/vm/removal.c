@@ -37,14 +37,14 @@
 
 #include "common.h"
 
-#define CONNECT_LIMIT_MS 60000
+#define CONNECT_LIMIT_MS 240000   /* 2,000 queues on a loaded host: tens of seconds */
 #define DELETE_LIMIT_MS 30000
 #define GAP_LIMIT_MS 10000
-#define RECONNECT_LIMIT_MS 60000
+#define RECONNECT_LIMIT_MS 240000
 
 #define EXCHANGE_LIMIT_MS 30000
 #define HOLD_MS 6000
-#define CLOSE_LIMIT_MS 30000
+#define CLOSE_LIMIT_MS 120000
 #define MSG_LEN VM_MSG_LEN
 
 enum { WR_RECV = 1, WR_SPARE, WR_LATE, WR_SEND };
