@@ -218,6 +218,7 @@ static struct qsm_fdev *pool_dev(unsigned max_cq)
 	d->verbs = &fake_verbs;
 	d->max_cqe = RXE_MAX_CQE;
 	d->max_cq = max_cq;
+	d->present = true;
 	qsm_list_init(&d->cqs);
 	cqs_alive = resizes = fail_resize = fail_create = 0;
 	return d;
@@ -241,7 +242,7 @@ static void pool_dev_free(struct qsm_fdev *d)
 
 /* As on rxe (tests/vm/README.md, scale.sh): max_cqe 32768 holds 252 QPs of 64/64 WRs; 1000
  * take 4 CQs, none beyond it. */
-START_TEST(test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras)
+START_TEST(test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_idle_extras)
 {
 	struct qsm_fdev *d = pool_dev(16);
 	static struct rc_cq *on[1000];
@@ -264,24 +265,108 @@ START_TEST(test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_ext
 		ck_assert_int_eq(c->need, (int)c->nqps * WRS_64_64);
 		k++;
 	}
-	/* the second CQ's QPs go: it is freed; its room is not needed by anyone */
+	/* the second CQ's QPs go: it stays, empty, until the idle trim */
 	for (int i = 252; i < 504; i++)
 		qsm_rc_cq_put(d, on[i], WRS_64_64);
-	ck_assert_uint_eq(d->ncqs, 3);
-	ck_assert_int_eq(cqs_alive, 3);
+	ck_assert_uint_eq(d->ncqs, 4);
+	qsm_rc_cq_trim(d, CQ_IDLE_TICKS - 1);
+	ck_assert_uint_eq(d->ncqs, 4);
 	/* a new QP fills the room a departed one left on the first CQ before anything else */
 	qsm_rc_cq_put(d, on[0], WRS_64_64);
 	on[0] = qsm_rc_cq_get(d, WRS_64_64, &err);
 	ck_assert_ptr_eq(on[0], on[1]);
+	qsm_rc_cq_trim(d, 1);
 	ck_assert_uint_eq(d->ncqs, 3);
+	ck_assert_int_eq(cqs_alive, 3);
+	ck_assert_uint_eq(d->fab->cq_idle_freed, 1);
 	for (int i = 0; i < 1000; i++)
 		if (i < 252 || i >= 504)
 			qsm_rc_cq_put(d, on[i], WRS_64_64);
-	/* the last CQ stays, empty, until the device's resources go */
+	/* idle: the extras go; the oldest CQ stays, empty, until the device's resources go */
+	qsm_rc_cq_trim(d, CQ_IDLE_TICKS);
 	ck_assert_uint_eq(d->ncqs, 1);
 	ck_assert_int_eq(cqs_alive, 1);
+	ck_assert_ptr_eq(qsm_container_of(d->cqs.next, struct rc_cq, node), on[1]);
 	ck_assert_uint_eq(d->fab->cq_created - d->fab->cq_freed, 1);
 	ck_assert_int_gt(resizes, 0);
+	pool_dev_free(d);
+}
+END_TEST
+
+/* A reconnect storm: 1000 default QPs connect, all go, all come back, 10 times, with up to
+ * CQ_IDLE_TICKS - 1 device-list ticks in each gap.  The pool keeps its CQs across it: the 4 CQs
+ * the peak needs are created once, grown once, and reused (before issue 15's fix: 31 created,
+ * 30 freed).  Idle for CQ_IDLE_TICKS ticks it shrinks back to one; a device removal frees
+ * every empty CQ at once, and each other as its last QP goes, with no tick. */
+#define STORM_QPS 1000
+#define STORM_ROUNDS 10
+
+static void storm_round(struct qsm_fdev *d, struct rc_cq **on)
+{
+	int err = 0;
+
+	for (int i = 0; i < STORM_QPS; i++) {
+		on[i] = qsm_rc_cq_get(d, WRS_64_64, &err);
+		ck_assert_msg(on[i] != NULL, "QP %d: %d", i, err);
+	}
+	ck_assert_uint_eq(d->ncqs, 4);
+}
+
+static void storm_all_go(struct qsm_fdev *d, struct rc_cq **on)
+{
+	for (int i = 0; i < STORM_QPS; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+}
+
+START_TEST(test_cq_pool_keeps_its_cqs_across_a_reconnect_storm)
+{
+	struct qsm_fdev *d = pool_dev(16);
+	static struct rc_cq *on[STORM_QPS];
+	int grown;
+
+	storm_round(d, on);
+	grown = resizes;
+	for (int r = 1; r < STORM_ROUNDS; r++) {
+		storm_all_go(d, on);
+		qsm_rc_cq_trim(d, CQ_IDLE_TICKS - 1);   /* a gap of up to 4 s: not idle */
+		storm_round(d, on);
+	}
+	ck_assert_msg(d->fab->cq_created == 4 && d->fab->cq_freed == 0,
+		      "%d rounds of %d QPs: %llu CQs created, %llu freed (the peak needs 4)", STORM_ROUNDS,
+		      STORM_QPS, (unsigned long long)d->fab->cq_created, (unsigned long long)d->fab->cq_freed);
+	ck_assert_int_eq(resizes, grown);
+	ck_assert_uint_eq(d->fab->cq_reused, (STORM_ROUNDS - 1) * 4);
+	ck_assert_int_eq(cqs_alive, 4);
+
+	/* idle: the tick that ends CQ_IDLE_TICKS empty ones (4-5 s) shrinks the pool to one */
+	storm_all_go(d, on);
+	for (int t = 1; t < CQ_IDLE_TICKS; t++) {
+		qsm_rc_cq_trim(d, 1);
+		ck_assert_uint_eq(d->ncqs, 4);
+	}
+	qsm_rc_cq_trim(d, 1);
+	ck_assert_uint_eq(d->ncqs, 1);
+	ck_assert_int_eq(cqs_alive, 1);
+	ck_assert_uint_eq(d->fab->cq_idle_freed, 3);
+
+	/* the storm again, then the device is removed with 496 QPs still on it: the two CQs
+	 * already empty go with the removal, the others as their QPs are destroyed (each
+	 * followed by the settle destroy_qp does), and nothing waits for a tick */
+	storm_round(d, on);
+	ck_assert_uint_eq(d->fab->cq_created, 7);
+	for (int i = 0; i < 2 * 252; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	ck_assert_uint_eq(d->ncqs, 4);
+	d->nids = 1;             /* its ids hold the device object; not its resources */
+	qsm_rc_dev_removed(d);
+	ck_assert_uint_eq(d->ncqs, 2);
+	for (int i = 2 * 252; i < STORM_QPS; i++) {
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+		qsm_rc_dev_settle(d);
+	}
+	ck_assert_uint_eq(d->ncqs, 0);
+	ck_assert_int_eq(cqs_alive, 0);
+	ck_assert_uint_eq(d->fab->cq_freed, d->fab->cq_created);
 	pool_dev_free(d);
 }
 END_TEST
@@ -591,7 +676,8 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_drop_releases_only_what_is_queued_for_that_id_or_device);
 	suite_add_tcase(s, t);
 	t = tcase_create("cq_pool");
-	tcase_add_test(t, test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_empty_extras);
+	tcase_add_test(t, test_cq_pool_places_1000_default_qps_on_4_cqs_and_frees_the_idle_extras);
+	tcase_add_test(t, test_cq_pool_keeps_its_cqs_across_a_reconnect_storm);
 	tcase_add_test(t, test_cq_pool_refuses_with_enomem_beyond_max_cq_or_max_cqe);
 	tcase_add_test(t, test_cq_pool_takes_a_new_cq_when_a_resize_fails);
 	suite_add_tcase(s, t);

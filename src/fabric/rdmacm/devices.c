@@ -199,7 +199,11 @@ struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err)
 		*err = -ENOMEM;
 		return NULL;
 	}
+	goto place;
 found:
+	if (!c->nqps)
+		d->fab->cq_reused++;    /* one the pool kept empty: a CQ not created again */
+place:
 	c->need += wrs;
 	c->nqps++;
 	return c;
@@ -224,12 +228,61 @@ void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c)
 	cq_free(d, c);
 }
 
+/* An empty CQ is not freed here: in a reconnect storm its QPs come back within seconds, and
+ * freeing it made each of them create (and grow) a CQ again -- 592 CQs of 32768 entries in
+ * one loaded storm of issue 15.  The device-list tick frees it once it stayed empty. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
 {
+	(void)d;
 	c->need -= wrs;
-	c->nqps--;
-	if (!c->nqps && d->ncqs > 1)
+	if (!--c->nqps)
+		c->empty_ticks = 0;
+}
+
+void qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks)
+{
+	struct qsm_list *pos, *tmp;
+	bool keep = true;    /* while no CQ of the pool has a QP, the oldest stays for the next */
+
+	qsm_list_each(pos, tmp, &d->cqs) {
+		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+
+		if (!c->own && c->nqps) {
+			keep = false;
+			break;
+		}
+	}
+	qsm_list_each(pos, tmp, &d->cqs) {
+		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+
+		if (c->own || c->nqps)
+			continue;
+		if (keep) {
+			keep = false;
+			c->empty_ticks = 0;
+			continue;
+		}
+		/* the tick's expirations, so a ctx that dispatched late does not keep it longer */
+		c->empty_ticks = ticks >= CQ_IDLE_TICKS - c->empty_ticks ? CQ_IDLE_TICKS : c->empty_ticks + ticks;
+		if (c->empty_ticks < CQ_IDLE_TICKS)
+			continue;
+		d->fab->cq_idle_freed++;
 		cq_free(d, c);
+	}
+}
+
+/* The device is gone from the list (rdma_cm's DEVICE_REMOVAL, or the poll): it takes no QP
+ * again, so what the pool kept empty goes now, not after the idle ticks. */
+static void cq_free_empty(struct qsm_fdev *d)
+{
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &d->cqs) {
+		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+
+		if (!c->own && !c->nqps)
+			cq_free(d, c);
+	}
 }
 
 /*
@@ -321,6 +374,8 @@ static void dev_release_resources(struct qsm_fdev *d)
 
 void qsm_rc_dev_settle(struct qsm_fdev *d)
 {
+	if (!d->present)
+		cq_free_empty(d);
 	if (!d->gets && !d->nqps && !d->nmrs && !d->nsrqs)
 		dev_release_resources(d);
 	if (d->present || d->gets || d->nqps || d->nmrs || d->nsrqs || d->nids)
@@ -474,8 +529,18 @@ void qsm_rc_poll_devices(struct rc_fabric *f)
 	struct qsm_list *pos, *tmp;
 	int n;
 
-	if (f->polled_once && read(f->tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
-		return;
+	if (f->polled_once) {
+		if (read(f->tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
+			return;
+		/* The pools' idle trim rides on this tick, which wakes an idle ctx anyway: it
+		 * adds no wake-up of its own. */
+		qsm_list_each(pos, tmp, &f->devs) {
+			struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
+
+			if (d->pd)
+				qsm_rc_cq_trim(d, ticks > CQ_IDLE_TICKS ? CQ_IDLE_TICKS : (unsigned)ticks);
+		}
+	}
 	list = ibv_get_device_list(&n);
 	if (!list)
 		return;

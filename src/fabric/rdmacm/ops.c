@@ -30,8 +30,10 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->wc_synth);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: CQ pool: at most %u CQs on a device; created %llu, freed %llu "
-			"(empty extras, and with the device), resized %llu\n", f->cq_peak,
-			(unsigned long long)f->cq_created, (unsigned long long)f->cq_freed,
+			"(%llu after %d+ s empty, the rest with the device), reused empty %llu times, "
+			"resized %llu\n", f->cq_peak, (unsigned long long)f->cq_created,
+			(unsigned long long)f->cq_freed, (unsigned long long)f->cq_idle_freed,
+			CQ_IDLE_TICKS - 1, (unsigned long long)f->cq_reused,
 			(unsigned long long)f->cq_resized);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready); "

@@ -96,7 +96,9 @@ struct rc_fabric;
 /* One CQ of a device's pool (devices.c): the send and receive CQ of the QPs placed on it, on the
  * device's completion channel, its cq_context this record.  It holds every completion its QPs can
  * have outstanding (`need`, their WRs and drain markers); a QP goes to a CQ with room for its
- * share, grown up to max_cqe, or to a new one. */
+ * share, grown up to max_cqe, or to a new one.  A CQ left without QPs stays in the pool, as
+ * large as it grew, for the QPs of a reconnect storm: only the device-list tick frees it, once
+ * it has been empty for CQ_IDLE_TICKS of them (qsm_rc_cq_trim). */
 struct rc_cq {
 	struct qsm_list node;            /* in qsm_fdev.cqs, oldest first */
 	struct ibv_cq *cq;
@@ -107,7 +109,10 @@ struct rc_cq {
 	                                    next get_event, unarmed, until polls find none */
 	unsigned idle;                   /* polls in a row that found none, while hot */
 	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
+	unsigned empty_ticks;            /* device-list ticks (1 s) seen while it had no QP */
 };
+
+#define CQ_IDLE_TICKS 5                  /* ticks an empty CQ is kept: 4-5 s after its last QP */
 
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
 #define CQ_HOT_IDLE_MAX 65536            /* the fabric's hot_idle, between these two */
@@ -213,9 +218,10 @@ struct rc_fabric {
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
 	uint64_t wc_order;                /* WRs a provider skipped (completed a later one first) */
-	/* the CQ pools: CQs created, freed (empty extras, and with the device's resources), resized;
-	 * the most CQs one device's pool held at once */
-	uint64_t cq_created, cq_freed, cq_resized;
+	/* the CQ pools: CQs created, freed (those of them freed by the idle trim: cq_idle_freed; the
+	 * rest with the device's resources or its removal), resized; QPs placed on an empty CQ the
+	 * pool had kept (each a CQ not created again); the most CQs one device's pool held at once */
+	uint64_t cq_created, cq_freed, cq_idle_freed, cq_resized, cq_reused;
 	unsigned cq_peak;
 	/* Sources epoll said are ready and not yet read dry: get_event() reads only these. */
 	int pin_fd;
@@ -320,8 +326,12 @@ struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
 /* A CQ of the device that is not the pool's (an SRQ's receives), and its end. */
 struct rc_cq *qsm_rc_cq_own(struct qsm_fdev *d, int entries, int *err);
 void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c);
-/* The reservation given back (the QP is destroyed); an empty CQ that is not the last is freed. */
+/* The reservation given back (the QP is destroyed).  A CQ left empty is kept for the next QPs
+ * (freed at once only on a device no longer present). */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
+/* `ticks` device-list ticks went by: a pool CQ empty for CQ_IDLE_TICKS of them is freed, but
+ * for one, the oldest, while none of the pool has a QP. */
+void qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
 /* The completion channel read dry: every CQ that fired is acked and goes hot. */
 void qsm_rc_cq_events(struct qsm_fdev *d);
 /* Up to max completions of a hot CQ; one found empty is re-armed and polled once more, and
@@ -334,7 +344,8 @@ void qsm_rc_dev_settle(struct qsm_fdev *d);
 /* rdma_cm said so: the device is being unregistered. */
 void qsm_rc_dev_removed(struct qsm_fdev *d);
 void qsm_rc_harvest_async(struct rc_fabric *f);
-/* The device list, at most once a second: new devices become DEVICE_ADDED. */
+/* The device list, at most once a second: new devices become DEVICE_ADDED; the same tick
+ * trims the CQ pools (qsm_rc_cq_trim). */
 void qsm_rc_poll_devices(struct rc_fabric *f);
 void qsm_rc_device_get(struct qsm_fdev *d);
 void qsm_rc_device_put(struct qsm_fdev *d);
