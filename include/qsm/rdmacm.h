@@ -14,8 +14,10 @@ struct qsm_fabric;
  * device one protection domain and a pool of completion queues on one completion
  * channel: each QP of the fabric on that device is placed on a CQ of the pool with room
  * for its work requests (a CQ is grown up to the device's max_cqe, and a new one made when
- * none has room, up to its max_cq), and a CQ that no QP uses any more is freed unless it
- * is the last one; an SRQ has a receive CQ of its own (see qsm_rdmacm_fabric_new(3)).
+ * none has room, up to its max_cq); a CQ that no QP uses any more is kept for the next
+ * QPs (a reconnect storm reuses the pool's CQs, it does not create them again) and freed
+ * once it has stayed empty for 4-5 s, at the once-a-second device-list tick, unless it is
+ * the last one; an SRQ has a receive CQ of its own (see qsm_rdmacm_fabric_new(3)).
  * They are created when the first QP needs them and released when the last user lets go,
  * or when the device is removed and the runtime has released everything on it (so that
  * `rdma link delete` and driver unbinds complete while the process lives on).  New
