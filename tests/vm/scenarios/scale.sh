@@ -23,4 +23,10 @@ for p in $pools; do
 	((p > 1)) || fail "a fabric served $n queues with $p CQ(s): want a pool of more than one"
 done
 ((npools == 2)) || fail "want 2 'CQ pool' lines (QSM_RDMACM_STATS) in $log, found $npools"
+# The churn, reported, not judged: the removal frees every CQ with the device, so each pool
+# creates its CQs twice at least; reconnects beyond that reuse the CQs the pool kept.
+churn=$(sed -nE 's/.*CQ pool: .*created ([0-9]+), freed ([0-9]+) \(([0-9]+) after.*reused empty ([0-9]+) times.*/created \1, freed \2 (\3 idle), reused \4/p' "$log" |
+	tr '\n' ';')
+churn=${churn%;}
+echo "   CQ churn (client; server): ${churn//;/; }"
 echo "PASS: $n live queues per side on pools of ${pools% } CQs, removal, re-add and reconnect"
