@@ -94,26 +94,28 @@ static void print_trace(const struct qsm_trace_record *r, void *arg)
 		r->to ? r->to : "(unexpected: stays)");
 }
 
-int vm_ctxs_new(struct qsm_ctx **server, struct qsm_ctx **client)
+int vm_ctx_new(struct qsm_ctx **ctx, const char *side)
 {
-	struct qsm_fabric *fs, *fc;
+	struct qsm_fabric *f;
 	int r;
 
-	/* one fabric each: the two sides must not share an event channel, as two hosts would not */
-	if ((r = qsm_rdmacm_fabric_new(&fs)) < 0 || (r = qsm_rdmacm_fabric_new(&fc)) < 0) {
+	if ((r = qsm_rdmacm_fabric_new(&f)) < 0) {
 		printf("FAIL: qsm_rdmacm_fabric_new: %s\n", strerror(-r));
 		return -1;
 	}
-	if ((r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fs }, server)) < 0 ||
-	    (r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = fc }, client)) < 0) {
+	if ((r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, ctx)) < 0) {
 		printf("FAIL: qsm_ctx_new: %s\n", strerror(-r));
 		return -1;
 	}
-	if (trace_out) {
-		qsm_ctx_set_trace(*server, print_trace, "server");
-		qsm_ctx_set_trace(*client, print_trace, "client");
-	}
+	if (trace_out)
+		qsm_ctx_set_trace(*ctx, print_trace, (void *)side);
 	return 0;
+}
+
+int vm_ctxs_new(struct qsm_ctx **server, struct qsm_ctx **client)
+{
+	/* one fabric each: the two sides must not share an event channel, as two hosts would not */
+	return vm_ctx_new(server, "server") < 0 || vm_ctx_new(client, "client") < 0 ? -1 : 0;
 }
 
 void vm_ctxs_free(struct qsm_ctx *server, struct qsm_ctx *client)

@@ -35,8 +35,10 @@ bool vm_parse_addr(struct sockaddr_in *addr, const char *ip, const char *port_en
 /* argv[2], if given, is the trace file ("-" = stdout); -1 (after perror) if it cannot be opened. */
 int vm_trace_open(int argc, char **argv);
 
-/* A server and a client ctx, each on its own rdmacm fabric, both traced if a trace file is open;
- * -1 after a "FAIL: ..." line. */
+/* One ctx on an rdmacm fabric of its own, traced as `side` (a string that outlives it) if a
+ * trace file is open; -1 after a "FAIL: ..." line. */
+int vm_ctx_new(struct qsm_ctx **ctx, const char *side);
+/* A server and a client ctx, as vm_ctx_new makes them. */
 int vm_ctxs_new(struct qsm_ctx **server, struct qsm_ctx **client);
 
 /* Frees both ctxs, then closes the trace file (the ctxs trace until they are gone). */

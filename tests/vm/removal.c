@@ -26,11 +26,13 @@
  * Exit 0 only if every check passed.  Needs root (rdma link) and a soft-RoCE device.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <qsm/qsm.h>
@@ -397,6 +399,152 @@ static unsigned sum_errors(const struct queue *u, unsigned n)
 	return c;
 }
 
+/* ---- a connect round (QSM_REMOVAL_ROUND=connect; tests/vm/scenarios/cmtime.sh) ----
+ * As cmtime runs it: the server in a process of its own (forked before any RDMA resource is
+ * made), the client here.  N queues connect, exchange a message each, stay LIVE past connect_ms
+ * (where a timeout racing the CM closed queues), then close; each process checks its side. */
+
+/* The server process: listens, says so on `up`, serves until `ctl` says 'c' (the client is
+ * closing: losses from then on are not spurious) and then EOF, and until its queues are gone. */
+static int serve_round(struct sockaddr_in *addr, const char *ip, int up, int ctl)
+{
+	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)addr, .cls = &server_class, .backlog = 1024 };
+	struct qsm_ctx *server;
+	struct qsm_listener *l;
+	struct qsm_counters sc;
+	double t0 = 0;
+	bool eof = false;
+
+	if (vm_ctx_new(&server, "server") < 0 || vm_listener_new(server, &lo, ip, &l) < 0)
+		return 1;
+	while (qsm_listener_state(l) != QSM_LISTENER_LISTENING)
+		vm_pump(server, server);
+	if (write(up, "l", 1) != 1)
+		return 1;
+	for (;;) {
+		struct pollfd p = { .fd = ctl, .events = POLLIN };
+		char c;
+
+		if (!eof && poll(&p, 1, 0) == 1) {
+			if (read(ctl, &c, 1) == 1) {
+				phase = PH_CLOSE;
+			} else {
+				eof = true;
+				t0 = vm_now();
+			}
+		}
+		vm_pump(server, server);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
+		if (eof && (!sc.queues_live || (vm_now() - t0) * 1000 > CLOSE_LIMIT_MS))
+			break;
+	}
+	vm_check(!sc.queues_live, "server: its passive queues closed (%llu left)", (unsigned long long)sc.queues_live);
+	vm_check(!spurious_accept_timeouts && !spurious_losses, "server: spurious teardowns %u (ACCEPTING timeouts "
+	         "%u, connections lost while connecting %u)", spurious_accept_timeouts + spurious_losses,
+	         spurious_accept_timeouts, spurious_losses);
+	vm_check(!sc.unexpected && !server_errors, "server: unexpected %llu, data path errors %u, echoed %u",
+	         (unsigned long long)sc.unexpected, server_errors, server_echoes);
+	qsm_listener_destroy(l);
+	qsm_ctx_free(server);
+	fflush(stdout);
+	return vm_failures ? 1 : 0;
+}
+
+static int connect_round(unsigned n, struct sockaddr_in *addr, const char *ip)
+{
+	int up[2], ctl[2], st = 0;
+	struct qsm_conn **q = calloc(n, sizeof(*q));
+	struct queue *u = calloc(n, sizeof(*u));
+	struct qsm_ctx *client;
+	struct qsm_counters cc;
+	double t0, t_connect, t_data, t_close = -1;
+	unsigned live, closed = 0, lost = 0, extra = 0;
+	pid_t pid;
+	char c;
+
+	if (!q || !u || pipe(up) < 0 || pipe(ctl) < 0)
+		return 2;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return 2;
+	if (pid == 0) {
+		close(up[0]);
+		close(ctl[1]);
+		_exit(serve_round(addr, ip, up[1], ctl[0]));
+	}
+	close(up[1]);
+	close(ctl[0]);
+	if (read(up[0], &c, 1) != 1) {
+		printf("FAIL: the server process did not come up\n");
+		waitpid(pid, &st, 0);
+		return 1;
+	}
+	if (vm_ctx_new(&client, "client") < 0)
+		return 1;
+	printf("== %u queues connect to %s:%u (the server in process %d)\n", n, ip, ntohs(addr->sin_port), (int)pid);
+	t0 = vm_now();
+	for (unsigned i = 0; i < n; i++) {
+		u[i].index = i;
+		if (vm_conn_start(client, &(struct qsm_conn_opts){ .cls = &client_class,
+				  .dst = (struct sockaddr *)addr,
+				  .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 },
+				  .user = &u[i] }, i, &q[i]) < 0)
+			return 1;
+		u[i].q = q[i];
+	}
+	while ((live = vm_count_state(q, n, QSM_CM_LIVE)) < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
+		vm_pump(client, client);
+	t_connect = vm_now() - t0;
+	vm_check(live == n, "%u/%u client queues LIVE after %.3f s", live, n, t_connect);
+	t_data = wait_exchanged(client, client, u, n, 1);
+	vm_check(count_exchanged(u, n, 1) == n && !sum_errors(u, n), "%u/%u queues exchanged a message, %.3f s "
+	         "after all were LIVE; errors %u", count_exchanged(u, n, 1), n, t_data, sum_errors(u, n));
+	vm_pump_for(client, client, HOLD_MS);
+	vm_check(vm_count_state(q, n, QSM_CM_LIVE) == n, "%u/%u still LIVE %d ms later",
+	         vm_count_state(q, n, QSM_CM_LIVE), n, HOLD_MS);
+
+	/* the server hears it before the first DREQ can reach it (it looks at least every pump) */
+	if (write(ctl[1], "c", 1) != 1)
+		return 1;
+	usleep(200000);
+	phase = PH_CLOSE;
+	for (unsigned i = 0; i < n; i++)
+		if (q[i] && qsm_conn_disconnect(q[i]) < 0)
+			u[i].errors++;
+	t0 = vm_now();
+	while ((vm_now() - t0) * 1000 < CLOSE_LIMIT_MS) {
+		closed = 0;
+		for (unsigned i = 0; i < n; i++)
+			closed += u[i].released;
+		if (closed == n) {
+			t_close = vm_now() - t0;
+			break;
+		}
+		vm_pump(client, client);
+	}
+	close(ctl[1]);
+	for (unsigned i = 0; i < n; i++) {
+		lost += u[i].posted - u[i].completed;
+		extra += u[i].lives > 1 ? u[i].lives - 1 : 0;
+	}
+	qsm_ctx_counters(client, &cc, sizeof(cc));
+	vm_check(closed == n, "%u/%u client queues closed (%.3f s)", closed, n, t_close);
+	vm_check(!lost, "completions lost %u", lost);
+	vm_check(!spurious_losses && !extra, "client: spurious teardowns %u (connections lost while connecting "
+	         "%u, lives beyond one %u)", spurious_losses + extra, spurious_losses, extra);
+	vm_check(!cc.unexpected && !cc.exhausted, "client: unexpected %llu, exhausted %llu",
+	         (unsigned long long)cc.unexpected, (unsigned long long)cc.exhausted);
+	waitpid(pid, &st, 0);
+	vm_check(vm_exit_code(st) == 0, "the server process's checks: exit %d", vm_exit_code(st));
+	qsm_ctx_free(client);
+	free(q);
+	free(u);
+	printf("== summary: N=%u connect %.3f s, data %.3f s, disconnect+drain %.3f s (connect round): %s\n", n,
+	       t_connect, t_data, t_close, vm_failures ? "FAILED" : "PASS");
+	return vm_failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 100;
@@ -413,7 +561,6 @@ int main(int argc, char **argv)
 	struct queue *u;
 	unsigned removed = 0, live;
 	bool srq = strcmp(vm_env("QSM_REMOVAL_SRQ", "0"), "0") != 0;
-	bool connect_round = strcmp(vm_env("QSM_REMOVAL_ROUND", "removal"), "connect") == 0;
 	int st = 0;
 
 	vm_init_stdio();
@@ -424,6 +571,8 @@ int main(int argc, char **argv)
 	}
 	if (vm_trace_open(argc, argv) < 0)
 		return 2;
+	if (strcmp(vm_env("QSM_REMOVAL_ROUND", "removal"), "connect") == 0)
+		return connect_round(n, &addr, ip);
 	q = calloc(n, sizeof(*q));
 	u = calloc(n, sizeof(*u));
 	if (!q || !u)
@@ -466,12 +615,6 @@ int main(int argc, char **argv)
 	         count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), server_errors);
 	if (vm_failures)
 		goto out;
-	if (connect_round) {
-		/* a connect round (tests/vm/scenarios/cmtime.sh): no removal; held LIVE past connect_ms
-		 * (5 s), where a timeout racing the CM closed queues, then closed as below */
-		vm_pump_for(server, client, HOLD_MS);
-		goto close;
-	}
 
 	/* ---- remove the device with every queue live ---- */
 	phase = PH_REMOVE;
@@ -535,7 +678,6 @@ int main(int argc, char **argv)
 	if (vm_failures)
 		goto out;
 
-close:
 	/* ---- disconnect all: the spare receive and one posted after ERR flush, then DRAINED ---- */
 	printf("== %u queues disconnect (limit %d ms)\n", n, CLOSE_LIMIT_MS);
 	phase = PH_CLOSE;
@@ -581,8 +723,7 @@ close:
 			completed += u[i].completed;
 			at_removal += u[i].outstanding_at_removal;
 			lost += u[i].posted - u[i].completed;
-			/* once per device: twice, or once in a connect round */
-			extra_lives += u[i].lives > 2u - connect_round ? u[i].lives - (2u - connect_round) : 0;
+			extra_lives += u[i].lives > 2 ? u[i].lives - 2 : 0;   /* once per device */
 		}
 		spurious = spurious_accept_timeouts + spurious_losses + extra_lives;
 		vm_check(closed == n, "%u/%u client queues closed after disconnect (%.3f s)", closed, n, t_close);
