@@ -28,6 +28,15 @@ QSM_TIMER_AFTER_OBJ(struct qsm_listener);
 
 static const struct qsm_obj_ops listener_ops;
 
+static void listener_free(struct qsm_obj *o)
+{
+	struct qsm_listener *l = qsm_container_of(o, struct qsm_listener, obj);
+
+	qsm_fifo_unreserve(l->ctx, QSM_OBJ_EVENTS);
+	qsm_timer_unreserve(l->ctx);
+	free(l);
+}
+
 static const char *lstate(int s)
 {
 	return qsm_sm_listener.state_names[s];
@@ -171,12 +180,22 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 	l->timeouts = o->timeouts;
 	l->user = o->user;
 	l->timer.heap_idx = UINT32_MAX;
+	/* its events and its timer have their room before it can have any (core/fifo.h) */
+	if (qsm_timer_reserve(ctx) < 0) {
+		free(l);
+		return -ENOMEM;
+	}
+	if (qsm_fifo_reserve(ctx, QSM_OBJ_EVENTS) < 0) {
+		qsm_timer_unreserve(ctx);
+		free(l);
+		return -ENOMEM;
+	}
 	r = do_listen(l);
 	if (r == 0)
 		r = qsm_post(ctx, &l->obj, QSM_EV_LISTEN, 0);
 	if (r < 0) {
 		release_listen_id(l);
-		free(l);
+		listener_free(&l->obj);
 		return r;
 	}
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_LISTENER], &l->obj.node);
@@ -192,7 +211,7 @@ int qsm_listener_destroy(struct qsm_listener *l)
 
 	qsm_check(l, -EINVAL);
 	qsm_check(!l->obj.closed && !l->dead, -EINVAL);
-	r = qsm_post(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
+	r = qsm_post_op(l->ctx, &l->obj, QSM_EV_DESTROY, 0);
 	if (r == 0)
 		l->dead = true;
 	return r;
@@ -210,10 +229,6 @@ void *qsm_listener_user(struct qsm_listener *l)
 	return l->user;
 }
 
-static void listener_free(struct qsm_obj *o)
-{
-	free(qsm_container_of(o, struct qsm_listener, obj));
-}
 
 static void listener_teardown(struct qsm_obj *o)
 {

@@ -116,6 +116,10 @@ struct qsm_ctx {
 	 * outermost item (and what it dispatched again) came from are not reused until it
 	 * returns, and a ring that grows meanwhile is kept, retired, until then too. */
 	size_t fifo_pinned;
+	/* Slots kept for the events the live objects may have queued at once and for the items a
+	 * pass pins (qsm_fifo_reserve): the ring never holds fewer, so that no event but a
+	 * downcall's ever needs it to grow.  A downcall's item takes a slot only beyond them. */
+	size_t fifo_reserve;
 	unsigned int fifo_nretired;
 	struct qsm_item *fifo_retired[48];    /* the ring doubles: never more than this */
 
@@ -134,6 +138,8 @@ struct qsm_ctx {
 	struct qsm_timer **heap;
 	uint32_t heap_len, heap_cap;
 	uint32_t heap_hwm;                /* most timers it held at once since the last trim */
+	uint32_t heap_reserve;            /* objects with a timer: the heap never holds fewer slots,
+	                                     so arming one never allocates (qsm_timer_reserve) */
 
 	struct qsm_list objs[QSM_OBJ_KINDS];   /* every live object, by kind */
 	struct qsm_list pools;
@@ -148,6 +154,10 @@ struct qsm_ctx {
 	void (*device_added)(struct qsm_ctx *ctx);
 	void (*on_free[4])(struct qsm_ctx *ctx);
 	struct qsm_counters counters;
+	/* The private data of the fabric event being dispatched straight from the fabric (not
+	 * through the FIFO): copied here, never allocated; busy while that event is dispatched. */
+	bool now_pdata_busy;
+	uint8_t now_pdata[QSM_FABRIC_PDATA_MAX];
 
 	qsm_trace_fn trace;
 	void *trace_arg;

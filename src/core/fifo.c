@@ -36,12 +36,34 @@ static int fifo_resize(struct qsm_ctx *ctx, size_t cap)
 	return 0;
 }
 
-/* qsm_fifo_push(), when the ring is full or the fd must say there is work. */
-int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
+/* The ring grown (doubled) until it has `want` slots: 0, or -ENOMEM as it was. */
+static int fifo_grow(struct qsm_ctx *ctx, size_t want)
 {
-	if (ctx->fifo_len + ctx->fifo_pinned == ctx->fifo_cap &&
-	    fifo_resize(ctx, ctx->fifo_cap ? ctx->fifo_cap * 2 : FIFO_MIN) < 0)
+	size_t cap = ctx->fifo_cap ? ctx->fifo_cap : FIFO_MIN;
+
+	while (cap < want)
+		cap *= 2;
+	return cap == ctx->fifo_cap ? 0 : fifo_resize(ctx, cap);
+}
+
+int qsm_fifo_reserve(struct qsm_ctx *ctx, size_t n)
+{
+	/* A downcall's item may hold any slot beyond the reserve: the new room comes on top of
+	 * everything queued or pinned now. */
+	if (fifo_grow(ctx, ctx->fifo_len + ctx->fifo_pinned + ctx->fifo_reserve + n) < 0)
 		return -ENOMEM;
+	ctx->fifo_reserve += n;
+	return 0;
+}
+
+void qsm_fifo_unreserve(struct qsm_ctx *ctx, size_t n)
+{
+	ctx->fifo_reserve -= n;
+}
+
+/* What both pushes share once the slot is there. */
+static int fifo_take(struct qsm_ctx *ctx, struct qsm_item **slot)
+{
 	*slot = &ctx->fifo[(ctx->fifo_head + ctx->fifo_len) & (ctx->fifo_cap - 1)];
 	ctx->fifo_len++;
 	if (ctx->fifo_len > ctx->fifo_hwm)
@@ -49,6 +71,25 @@ int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
 	if (!ctx->kicked && !ctx->dispatching)
 		qsm_fifo_kick(ctx); /* inside a pass, the pass takes it: no system call */
 	return 0;
+}
+
+/* qsm_fifo_push(), when the ring is full or the fd must say there is work.  Full: only past
+ * the reserve (a bug in its bound), so growing is a last resort that cannot fail in practice. */
+int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
+{
+	if (ctx->fifo_len + ctx->fifo_pinned == ctx->fifo_cap &&
+	    fifo_resize(ctx, ctx->fifo_cap ? ctx->fifo_cap * 2 : FIFO_MIN) < 0)
+		return -ENOMEM;
+	return fifo_take(ctx, slot);
+}
+
+/* qsm_fifo_push_op(), when the slots beyond the reserve are taken or the fd must say there is
+ * work: the ring grows for the downcall, or the downcall fails. */
+int qsm_fifo_push_op_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
+{
+	if (fifo_grow(ctx, ctx->fifo_len + ctx->fifo_pinned + ctx->fifo_reserve + 1) < 0)
+		return -ENOMEM;
+	return fifo_take(ctx, slot);
 }
 
 /*
@@ -59,14 +100,17 @@ int qsm_fifo_push_slow(struct qsm_ctx *ctx, struct qsm_item **slot)
  */
 void qsm_fifo_trim(struct qsm_ctx *ctx)
 {
-	size_t want = FIFO_MIN;
+	size_t want = FIFO_MIN, keep = FIFO_MIN;
 
 	while (want < 2 * ctx->fifo_hwm)
 		want *= 2;
 	ctx->fifo_hwm = 0;
-	if (ctx->fifo_len || ctx->fifo_cap < 4 * want)
+	/* never below the reserve: the live objects' events need no allocation */
+	while (keep < ctx->fifo_reserve)
+		keep *= 2;
+	if (ctx->fifo_len || ctx->fifo_cap < 4 * want || ctx->fifo_cap <= keep)
 		return;
-	fifo_resize(ctx, want); /* -ENOMEM: keep the larger one, nothing lost */
+	fifo_resize(ctx, want > keep ? want : keep); /* -ENOMEM: keep the larger one, nothing lost */
 }
 
 /* The rings that grew while an item in them was dispatched: that item has returned. */
@@ -84,11 +128,11 @@ void qsm_fifo_kick(struct qsm_ctx *ctx)
 	ctx->kicked = write(ctx->kickfd, &one, sizeof(one)) == sizeof(one);
 }
 
-/* Queue an event for an object; it is dispatched after everything queued before it. */
-int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
+/* An event for target in a slot of the reserve (op false) or beyond it (op true: a downcall). */
+static int post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status, bool op)
 {
 	struct qsm_item *it;
-	int r = qsm_fifo_push(ctx, &it);
+	int r = op ? qsm_fifo_push_op(ctx, &it) : qsm_fifo_push(ctx, &it);
 
 	if (r < 0)
 		return r;
@@ -100,6 +144,16 @@ int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
 	it->pdata_len = 0;
 	target->refs++;
 	return 0;
+}
+
+int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
+{
+	return post(ctx, target, event, status, false);
+}
+
+int qsm_post_op(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
+{
+	return post(ctx, target, event, status, true);
 }
 
 int qsm_item_set_pdata(struct qsm_item *it, const void *pdata, size_t len)

@@ -54,6 +54,9 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	    (r = epoll_add(ctx->epfd, opts->fabric->ops->fd(opts->fabric))) < 0)
 		goto fail;
 
+	/* the slots the pass pins: no event ever waits for the ring to grow (fifo.h) */
+	if ((r = qsm_fifo_reserve(ctx, QSM_FIFO_PIN_SLACK)) < 0)
+		goto fail;
 	ctx->fabric = opts->fabric;
 	ctx->ops = opts->fabric->ops;
 	env = getenv("QSM_TRACE");
@@ -69,6 +72,7 @@ fail:
 		close(ctx->timerfd);
 	if (ctx->kickfd >= 0)
 		close(ctx->kickfd);
+	free(ctx->fifo);
 	free(ctx);
 	return r;
 }
@@ -236,6 +240,10 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 	int r;
 
 	it->target = NULL;
+	/* A handler of an event with private data dispatches again: its copy (ctx->now_pdata)
+	 * is still read, so this nested pass takes nothing more from the fabric. */
+	if (ctx->now_pdata_busy)
+		return -EBUSY;
 	r = ctx->ops->get_event(ctx->fabric, &ev, cqe,
 				room < QSM_FABRIC_CQE_BATCH ? (int)room : QSM_FABRIC_CQE_BATCH);
 
@@ -270,11 +278,13 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 	it->event = ev.event;
 	it->status = ev.status;
 	it->pdata_len = 0;
-	if (ev.private_data_len && qsm_item_set_pdata(it, ev.private_data, ev.private_data_len) < 0) {
-		it->target = NULL;
-		refuse_request(ctx, &ev);
-		ctx->counters.orphans++;
-		return -ENOMEM;
+	if (ev.private_data_len) {
+		/* into the ctx's own buffer: reporting an event never allocates */
+		it->pdata_len = ev.private_data_len < QSM_FABRIC_PDATA_MAX ?
+				(uint32_t)ev.private_data_len : QSM_FABRIC_PDATA_MAX;
+		it->pdata = ctx->now_pdata;
+		memcpy(ctx->now_pdata, ev.private_data, it->pdata_len);
+		ctx->now_pdata_busy = true;
 	}
 	target->refs++;
 	return 0;
@@ -319,11 +329,20 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 				continue;
 			it = &now;
 		} else {
+			/* a nested pass pins what it pops until the outermost item returns: no more
+			 * than the reserve keeps for it (outside one, nothing is pinned here) */
+			if (ctx->fifo_pinned >= QSM_FIFO_PIN_SLACK)
+				break;
 			it = qsm_fifo_pop(ctx);
 		}
 		ctx->counters.popped++;
 		it->target->ops->dispatch(it->target, it);
-		qsm_item_done(it);
+		if (it->pdata_len) {
+			if (it == &now)
+				ctx->now_pdata_busy = false;   /* ctx->now_pdata: not the item's own */
+			else
+				qsm_item_done(it);
+		}
 		qsm_obj_put(ctx, it->target);
 		if (outer)
 			qsm_fifo_unpin(ctx);

@@ -116,6 +116,34 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 	heap_down(ctx, ctx->heap[i]->heap_idx);
 }
 
+static int heap_resize(struct qsm_ctx *ctx, uint32_t cap)
+{
+	struct qsm_timer **n = realloc(ctx->heap, cap * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	ctx->heap = n;
+	ctx->heap_cap = cap;
+	return 0;
+}
+
+int qsm_timer_reserve(struct qsm_ctx *ctx)
+{
+	uint32_t cap = ctx->heap_cap ? ctx->heap_cap : QSM_HEAP_MIN;
+
+	while (cap < ctx->heap_reserve + 1)
+		cap *= 2;
+	if (cap != ctx->heap_cap && heap_resize(ctx, cap) < 0)
+		return -ENOMEM;
+	ctx->heap_reserve++;
+	return 0;
+}
+
+void qsm_timer_unreserve(struct qsm_ctx *ctx)
+{
+	ctx->heap_reserve--;
+}
+
 /* qsm_timer_arm() of a timer out of the heap, or to a deadline earlier than its key. */
 void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline)
 {
@@ -126,19 +154,14 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 		heap_up(ctx, t->heap_idx);
 		return;
 	}
-	if (ctx->heap_len == ctx->heap_cap) {
-		uint32_t cap = ctx->heap_cap ? ctx->heap_cap * 2 : QSM_HEAP_MIN;
-		struct qsm_timer **n = realloc(ctx->heap, cap * sizeof(*n));
-
-		if (!n) {
-			/* Cannot wait: fire now rather than never. */
-			t->event = 0;
-			if (qsm_post(ctx, qsm_timer_owner(t), event, -ENOMEM) == 0)
-				ctx->counters.action_errors++;
-			return;
-		}
-		ctx->heap = n;
-		ctx->heap_cap = cap;
+	if (ctx->heap_len == ctx->heap_cap &&
+	    heap_resize(ctx, ctx->heap_cap ? ctx->heap_cap * 2 : QSM_HEAP_MIN) < 0) {
+		/* Past the reserve (a timer of an object that reserved none): cannot wait, so
+		 * fire now rather than never. */
+		t->event = 0;
+		if (qsm_post(ctx, qsm_timer_owner(t), event, -ENOMEM) == 0)
+			ctx->counters.action_errors++;
+		return;
 	}
 	t->key_ns = deadline;
 	t->heap_idx = ctx->heap_len;
@@ -152,15 +175,12 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 void qsm_timers_shrink(struct qsm_ctx *ctx, uint32_t hwm)
 {
 	uint32_t want = QSM_HEAP_MIN;
-	struct qsm_timer **n;
 
-	while (want < 2 * hwm)
+	/* never below the reserve: every live object's timer fits without an allocation */
+	while (want < 2 * hwm || want < ctx->heap_reserve)
 		want *= 2;
-	n = realloc(ctx->heap, want * sizeof(*n));
-	if (!n)
-		return; /* keep the larger one, nothing lost */
-	ctx->heap = n;
-	ctx->heap_cap = want;
+	if (want < ctx->heap_cap)
+		heap_resize(ctx, want); /* -ENOMEM: keep the larger one, nothing lost */
 }
 
 /*

@@ -13,6 +13,10 @@ void qsm_timerfd_rearm(struct qsm_ctx *ctx);
 void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline);
 void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t);
 void qsm_timers_shrink(struct qsm_ctx *ctx, uint32_t hwm);
+/* A slot in the heap for a new object's timer, so that arming it never allocates: 0, or
+ * -ENOMEM for the object's maker; given back when the object is freed. */
+int qsm_timer_reserve(struct qsm_ctx *ctx);
+void qsm_timer_unreserve(struct qsm_ctx *ctx);
 
 /* The longest a due timer waits for the ctx to take what the fabric already has ready. */
 #define QSM_CATCHUP_NS (30ull * 1000000000ull)

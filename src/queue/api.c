@@ -47,6 +47,16 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 
 	if (!q)
 		return NULL;
+	/* its events and its timer have their room before it can have any (core/fifo.h) */
+	if (qsm_timer_reserve(ctx) < 0) {
+		free(q);
+		return NULL;
+	}
+	if (qsm_fifo_reserve(ctx, QSM_OBJ_EVENTS) < 0) {
+		qsm_timer_unreserve(ctx);
+		free(q);
+		return NULL;
+	}
 	q->vt = vt;
 	q->obj.ops = &qsm_conn_ops;
 	q->obj.kind = QSM_OBJ_CONN;

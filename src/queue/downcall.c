@@ -28,7 +28,7 @@ static int downcall(struct qsm_conn *q, int event)
 {
 	int r = check_edge(q, event);
 
-	return r < 0 ? r : qsm_post(q->ctx, &q->obj, event, 0);
+	return r < 0 ? r : qsm_post_op(q->ctx, &q->obj, event, 0);
 }
 
 int qsm_conn_connect(struct qsm_conn *q)
@@ -65,7 +65,7 @@ static int decide(struct qsm_conn *q, int event, const void *pdata, size_t len, 
 		return -EALREADY; /* one decision per request: the first one stands */
 	if ((r = qsm_conn_set_pdata(q, pdata, len)) < 0)
 		return r;
-	r = qsm_post(q->ctx, &q->obj, event, 0);
+	r = qsm_post_op(q->ctx, &q->obj, event, 0);
 	if (r == 0)
 		q->decided = true;
 	return r;
@@ -88,7 +88,7 @@ int qsm_conn_destroy(struct qsm_conn *q)
 	qsm_check(q, -EINVAL);
 	if (q->dead)
 		return -ESTALE;
-	r = qsm_post(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
+	r = qsm_post_op(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
 	if (r < 0)
 		return r;
 	q->dead = true; /* from now on: no callback */

@@ -499,6 +499,8 @@ static void conn_free(struct qsm_obj *o)
 
 	if (q->cfg)
 		qsm_conn_cfg_put(q->ctx, q->cfg);
+	qsm_fifo_unreserve(q->ctx, QSM_OBJ_EVENTS);
+	qsm_timer_unreserve(q->ctx);
 	free(q->pdata);
 	free(q);
 }
