@@ -79,7 +79,7 @@ int qsm_sim_new(struct qsm_sim **ret)
 
 	if (!ret)
 		return -EINVAL;
-	sim = calloc(1, sizeof(*sim));
+	sim = sim_zalloc(sizeof(*sim));
 	if (!sim)
 		return -ENOMEM;
 	qsm_list_init(&sim->devices);
@@ -121,7 +121,7 @@ int qsm_sim_fabric_new(struct qsm_sim *sim, struct qsm_fabric **ret)
 
 	if (!sim || !ret || sim->free_pending)
 		return -EINVAL;
-	f = calloc(1, sizeof(*f));
+	f = sim_zalloc(sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -159,7 +159,7 @@ int qsm_sim_device_add(struct qsm_sim *sim, const char *name, const char *addr)
 	if (sim_device_serving(sim, &ss))
 		return -EADDRINUSE;
 	if (!d) {
-		d = calloc(1, sizeof(*d));
+		d = sim_zalloc(sizeof(*d));
 		if (!d)
 			return -ENOMEM;
 		d->sim = sim;

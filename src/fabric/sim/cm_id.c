@@ -67,7 +67,7 @@ static int port_pick(struct qsm_sim *sim, uint16_t *ret)
 
 struct sim_id *sim_id_alloc(struct sim_fabric *f, void *owner)
 {
-	struct sim_id *id = calloc(1, sizeof(*id));
+	struct sim_id *id = sim_zalloc(sizeof(*id));
 
 	if (!id)
 		return NULL;

@@ -13,7 +13,7 @@
 /* Posting an event has no failure path: a call that posts has already taken effect. */
 static void *zalloc_or_die(size_t n)
 {
-	void *p = calloc(1, n);
+	void *p = sim_zalloc(n);
 
 	if (!p) {
 		fputs("qsm sim: out of memory posting an event\n", stderr);

@@ -22,7 +22,7 @@ int sim_create_srq(struct qsm_fabric *base, struct qsm_fdev *fdev, void *owner,
 		return -ENODEV;
 	if (sim_fault_take(d->sim, QSM_SIM_FAULT_ENOMEM))
 		return -ENOMEM;
-	s = calloc(1, sizeof(*s));
+	s = sim_zalloc(sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->fab = to_fabric(base);

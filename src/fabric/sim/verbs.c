@@ -278,7 +278,7 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 	/* out of keys: the device can register no more (a key is never given twice) */
 	if (d->sim->next_mr_key >= SIM_WINDOW_KEYS - 2)
 		return -ENOMEM;
-	mr = calloc(1, sizeof(*mr));
+	mr = sim_zalloc(sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
 	mr->dev = d;
@@ -396,7 +396,7 @@ int sim_alloc_mw(struct qsm_fdev *fdev, struct qsm_fmw **ret)
 		return -ENODEV;
 	if (d->sim->next_mw_index >= SIM_WINDOW_INDEX_MAX)
 		return -ENOMEM;   /* out of window indexes: never one given twice */
-	w = calloc(1, sizeof(*w));
+	w = sim_zalloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->dev = d;

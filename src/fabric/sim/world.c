@@ -8,6 +8,20 @@
 
 #include "world.h"
 
+/* ---- memory ---- */
+
+_Thread_local volatile unsigned qsm_sim_allocating;
+
+void *sim_zalloc(size_t n)
+{
+	void *p;
+
+	qsm_sim_allocating++;
+	p = calloc(1, n);
+	qsm_sim_allocating--;
+	return p;
+}
+
 /* ---- addresses (addr.h copies them in) ---- */
 
 static const void *addr_ip(const struct sockaddr_storage *ss, size_t *len)

@@ -227,10 +227,15 @@ static inline bool sim_sges_over(int n, uint32_t asked)
 	return (uint32_t)n > sim_sge_cap(asked);
 }
 
+/* Every allocation the sim makes (zeroed), counted in qsm_sim_allocating while it is made: a
+ * test that fails the library's allocations (tests/check_alloc.c) leaves the sim's alone by it. */
+void *sim_zalloc(size_t n);
+extern _Thread_local volatile unsigned qsm_sim_allocating; /* volatile: calloc reads it */
+
 /* A receive of a QP or an SRQ, its SGEs copied (checked when a SEND lands); NULL: no memory. */
 static inline struct sim_recv *sim_recv_new(uint64_t wr_id, const struct qsm_fabric_sge *sg, int n)
 {
-	struct sim_recv *r = calloc(1, sizeof(*r));
+	struct sim_recv *r = sim_zalloc(sizeof(*r));
 
 	if (r) {
 		r->wr_id = wr_id;
