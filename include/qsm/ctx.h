@@ -180,7 +180,8 @@ struct qsm_counters {
 	uint64_t dropped;                /* queued events for an object already destroyed, or
 	                                    for an id it had let go of */
 	uint64_t orphans;                /* fabric events no object owned (a request whose
-	                                    listener is gone: rejected), never queued */
+	                                    listener is gone: rejected), never queued; never
+	                                    for memory: each object keeps room for its events */
 	uint64_t reconnects;             /* RETRY edges taken */
 	uint64_t device_removals;        /* DEVICE_REMOVAL edges taken */
 	uint64_t aborts;                 /* ABORT edges taken because a handler returned
