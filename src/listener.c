@@ -123,6 +123,7 @@ static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const
 		actions \
 		qsm_step_taken(ctx, "listener", l->cls->name, l->obj.serial, lstate(from), event, \
 			       lstate(to), it->status); \
+		qsm_edge_taken(ctx, QSM_MACHINE_LISTENER, from, event); \
 		if ((event) == QSM_EV_DEVICE_REMOVAL) \
 			ctx->counters.device_removals++; \
 		l->state = (uint8_t)(to); \

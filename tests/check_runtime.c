@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <qsm/ctx.h>
 #include <qsm/sim.h>
@@ -771,6 +772,62 @@ START_TEST(test_a_due_timeout_waits_for_the_events_the_fabric_already_has)
 }
 END_TEST
 
+/* The live picture: objects by state now, each edge with the times it was taken (0: dashed);
+ * QSM_COVERAGE: the edges taken, appended when the ctx is freed. */
+START_TEST(test_write_dot_draws_objects_by_state_and_edges_taken_and_coverage_is_appended)
+{
+	char path[] = "/tmp/qsm-coverage-XXXXXX", line[256], *buf = NULL;
+	struct qsm_listener *l = listen_server();
+	struct qsm_conn *q = new_client("LOGIN alice");
+	struct qsm_ctx *c2;
+	size_t len = 0;
+	FILE *mem, *cov;
+	int fd = mkstemp(path), lines = 0, live_edge = 0;
+
+	(void)l;
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	qsm_conn_connect(q);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_ptr_nonnull(mem = open_memstream(&buf, &len));
+	ck_assert_int_eq(qsm_ctx_write_dot(cctx, mem), 0);
+	fclose(mem);
+	ck_assert_ptr_nonnull(strstr(buf, "digraph"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"cm_id.LIVE\" [label=\"LIVE\\n1 now\", penwidth=2]"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"qp.RTS\" [label=\"RTS\\n1 now\""));
+	ck_assert_ptr_nonnull(strstr(buf, "\"cm_id.CONNECTED\" -> \"cm_id.LIVE\" [label=\"READY 1\", penwidth=2]"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"cm_id.LIVE\" -> \"cm_id.DRAINING\" [label=\"DISCONNECTED 0\", style=dashed"));
+	free(buf);
+	ck_assert_int_eq(qsm_ctx_write_dot(NULL, stdout), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_write_dot(cctx, NULL), -EINVAL);
+
+	/* a ctx made with QSM_COVERAGE appends what it took when it is freed */
+	setenv("QSM_COVERAGE", path, 1);
+	c2 = new_ctx();
+	unsetenv("QSM_COVERAGE");
+	ck_assert_int_eq(qsm_conn_new(c2, &(struct qsm_conn_opts){ .cls = &client_class,
+			 .dst = (struct sockaddr *)&addr, .private_data = "LOGIN bob", .private_data_len = 9 },
+			 &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	for (int i = 0; i < 100 && qsm_conn_state(q) != QSM_CM_LIVE; i++) {
+		qsm_ctx_dispatch(c2, 0);
+		pump(0);
+	}
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	qsm_ctx_free(c2);
+	ck_assert_ptr_nonnull(cov = fopen(path, "r"));
+	while (fgets(line, sizeof(line), cov)) {
+		lines++;
+		live_edge += !strcmp(line, "cm_id CONNECTED READY LIVE 1\n");
+	}
+	fclose(cov);
+	unlink(path);
+	ck_assert_int_ge(lines, 6);
+	ck_assert_int_eq(live_edge, 1);
+}
+END_TEST
+
 /* A jittered delay may exceed UINT32_MAX ms (d + 40% of d): it must not wrap to a short one. */
 START_TEST(test_jittered_retry_delay_near_uint32_max_does_not_wrap)
 {
@@ -1066,6 +1123,7 @@ static Suite *runtime_suite(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_connect_reaches_live_on_both_sides);
 	tcase_add_test(t, test_connect_and_accept_timeouts_wait_out_the_cms_own_retries);
+	tcase_add_test(t, test_write_dot_draws_objects_by_state_and_edges_taken_and_coverage_is_appended);
 	tcase_add_test(t, test_a_due_timeout_waits_for_the_events_the_fabric_already_has);
 	tcase_add_test(t, test_disconnect_closes_both_sides_and_frees_everything);
 	tcase_add_test(t, test_bad_private_data_is_rejected_with_a_reason);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include <qsm/data.h>
@@ -241,6 +242,10 @@ void qsm_ctx_stop(struct qsm_ctx *ctx);
 int qsm_ctx_counters(struct qsm_ctx *ctx, struct qsm_counters *out, size_t size);
 /* Trace every transition to @fn (NULL: off).  QSM_TRACE=1 in the environment prints to stderr. */
 int qsm_ctx_set_trace(struct qsm_ctx *ctx, qsm_trace_fn fn, void *arg);
+/* The ctx's machines as Graphviz dot: its objects in each state now, the times it took each
+ * edge (never: dashed).  0, -EINVAL, -EIO.  QSM_COVERAGE=FILE appends the edges taken to FILE
+ * when the ctx is freed (tools/qsm-cover). */
+int qsm_ctx_write_dot(struct qsm_ctx *ctx, FILE *out);
 
 struct qsm_conn_opts {
 	uint32_t comp_mask;              /* 0 (see "Growing" above) */

@@ -12,6 +12,9 @@
  * class tables, pools); at most a few, in the order registered. */
 int qsm_ctx_on_free(struct qsm_ctx *ctx, void (*fn)(struct qsm_ctx *ctx));
 
+/* QSM_COVERAGE: the edges the ctx took, appended to that file (picture.c), as its free ends. */
+void qsm_coverage_append(struct qsm_ctx *ctx);
+
 /* The completions of o's id `id` a batch left behind the FIFO (with o's id_gen of now), taken
  * out of it in their order and handed to fn(o, c), each counted as popped; the rest stay, in
  * theirs.  For an object about to let go of the QP they are of. */

@@ -37,6 +37,8 @@ struct qsm_obj_ops {
 	/* The machine and state that decide what it hears (-1: nothing, it is going away),
 	 * or NULL: not a machine's object. */
 	int (*state)(const struct qsm_obj *o, enum qsm_machine *m);
+	/* Its QP's state (the QP machine), -1: none; NULL: an object with no QP. */
+	int (*qp_state)(const struct qsm_obj *o);
 	bool teardown_last;         /* torn down after the queued events are dropped */
 };
 struct qsm_obj {
@@ -164,6 +166,11 @@ struct qsm_ctx {
 	bool trace_stderr;
 	bool tracing;                 /* trace || trace_stderr: the hot path reads one flag */
 	uint64_t t0_ns;
+	/* Times each edge was taken, for the live picture and edge coverage (picture.c):
+	 * [machine][from state][event] (qsm_edge_taken).  QSM_COVERAGE: the file it is appended
+	 * to when the ctx is freed (NULL: none). */
+	uint32_t *edge_taken;
+	char *coverage_file;
 };
 
 /* A setting the ULP left 0: its default. */

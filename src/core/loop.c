@@ -59,6 +59,12 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 		goto fail;
 	ctx->fabric = opts->fabric;
 	ctx->ops = opts->fabric->ops;
+	ctx->edge_taken = calloc(QSM_EDGE_SLOTS, sizeof(*ctx->edge_taken));
+	env = getenv("QSM_COVERAGE");
+	if (!ctx->edge_taken || (env && *env && !(ctx->coverage_file = strdup(env)))) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	env = getenv("QSM_TRACE");
 	ctx->trace_stderr = env && *env && strcmp(env, "0") != 0;
 	ctx->tracing = ctx->trace_stderr;
@@ -73,6 +79,8 @@ fail:
 	if (ctx->kickfd >= 0)
 		close(ctx->kickfd);
 	free(ctx->fifo);
+	free(ctx->edge_taken);
+	free(ctx->coverage_file);
 	free(ctx);
 	return r;
 }
@@ -114,6 +122,9 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 		if (ctx->on_free[i])
 			ctx->on_free[i](ctx);
 	ctx->ops->destroy(ctx->fabric);
+	qsm_coverage_append(ctx);
+	free(ctx->edge_taken);
+	free(ctx->coverage_file);
 	close(ctx->epfd);
 	close(ctx->timerfd);
 	close(ctx->kickfd);

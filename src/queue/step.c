@@ -24,6 +24,7 @@ static const char *state_name(const struct qsm_conn *q, int s)
 #define QP_EDGE(from, event, to, timeout, final, actions) \
 	case (event): \
 		q->qp_state = (uint8_t)(to); \
+		qsm_edge_taken(q->ctx, QSM_MACHINE_QP, from, event); \
 		break;
 
 /* Inline: every caller feeds one event it names, so only that event's cases are left. */
@@ -377,6 +378,7 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 
 	qsm_step_taken(ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, from), event,
 		       state_name(q, to), it->status);
+	qsm_edge_taken(ctx, q->sm->id, from, event);
 	q->state = (uint8_t)to;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
@@ -601,12 +603,21 @@ static unsigned conn_complete(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *
 	return i;
 }
 
+/* Its QP's state, for the live picture: -1 with no QP. */
+static int conn_qp_state(const struct qsm_obj *o)
+{
+	const struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
+	return q->dead || !qsm_conn_has_qp(q) ? -1 : q->qp_state;
+}
+
 const struct qsm_obj_ops qsm_conn_ops = {
 	.dispatch = conn_dispatch,
 	.complete = conn_complete,
 	.teardown = conn_teardown,
 	.free = conn_free,
 	.state = conn_state,
+	.qp_state = conn_qp_state,
 };
 
 /* A queue that never took an event (spawn failed): gone now, with nothing to tell. */

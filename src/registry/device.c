@@ -138,6 +138,7 @@ static const char *state_name(int s)
 		actions \
 		qsm_step_taken(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, \
 			       state_name(from), event, state_name(to), status); \
+		qsm_edge_taken(ctx, QSM_MACHINE_DEVICE, from, event); \
 		d->state = (uint8_t)(to); \
 		d->obj.closed = (final); \
 		return;
