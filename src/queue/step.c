@@ -378,7 +378,6 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 
 	qsm_step_taken(ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, from), event,
 		       state_name(q, to), it->status);
-	qsm_edge_taken(ctx, q->sm->id, from, event);
 	q->state = (uint8_t)to;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
@@ -406,19 +405,25 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 		do { \
 			actions \
 		} while (0); \
+		qsm_edge_taken(q->ctx, QUEUE_MACHINE, from, event); \
 		arrive(q, info, it, from, event, to_, timeout, final); \
 		return; \
 	}
 
+/* (the machine a constant, as from and event are: each edge's count is one add to a fixed slot) */
+#define QUEUE_MACHINE QSM_MACHINE_CM_ID
 static void step_active(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
 {
 	QSM_SWITCH_CM_ID(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
 }
+#undef QUEUE_MACHINE
 
+#define QUEUE_MACHINE QSM_MACHINE_ACCEPT
 static void step_passive(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
 {
 	QSM_SWITCH_ACCEPT(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
 }
+#undef QUEUE_MACHINE
 
 /* One event through the queue's machine, and the ABORT edge after it if a handler refused. */
 QSM_ALWAYS_INLINE void step_item(struct qsm_conn *q, const struct qsm_item *it)
