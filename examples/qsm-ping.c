@@ -40,6 +40,7 @@ struct opts {
 	int server, sim, verbose, validate;
 	unsigned count, size, conns;
 	const char *addr;
+	const char *dot;          /* -d: the ctx's machines as dot at exit */
 	uint16_t port;
 } o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1 };
 
@@ -416,12 +417,14 @@ static unsigned parse_size(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-n CONNS] [-v] [-V]\n"
+		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-n CONNS] [-d DOTFILE] [-v] [-V]\n"
 		"       qsm-ping --sim [-C COUNT] [-S SIZE] [-n CONNS] [-v]\n"
 		"  -s server, -c client (rping's wire protocol); -n connections (client: parallel,\n"
 		"  server: how many to serve before exiting); -V no data validation; --sim both\n"
 		"  ends in this process on the simulated fabric; -S ping data size, 23..65535\n"
-		"  (rping's range, default 64).  QSM_TRACE=1 traces transitions.\n");
+		"  (rping's range, default 64); -d the ctx's machines as dot to DOTFILE at exit\n"
+		"  (qsm_ctx_write_dot(3): objects by state, edges taken; --sim: the client's ctx).\n"
+		"  QSM_TRACE=1 traces transitions.\n");
 	exit(2);
 }
 
@@ -433,7 +436,7 @@ int main(int argc, char **argv)
 	struct qsm_sim *sim = NULL;
 	int c, client = 0, r;
 
-	while ((c = getopt_long(argc, argv, "sca:p:C:S:n:vV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "sca:p:C:S:n:d:vV", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o.server = 1; break;
 		case 'c': client = 1; break;
@@ -445,6 +448,7 @@ int main(int argc, char **argv)
 		case 'v': o.verbose = 1; break;
 		case 'V': o.validate = 0; break;
 		case 'm': o.sim = 1; break;
+		case 'd': o.dot = optarg; break;
 		default: usage();
 		}
 	}
@@ -526,6 +530,14 @@ int main(int argc, char **argv)
 		       (unsigned long long)cnt.action_errors);
 		if (cnt.unexpected) {
 			fprintf(stderr, "qsm-ping: %llu unexpected event(s)\n", (unsigned long long)cnt.unexpected);
+			r = 1;
+		}
+	}
+	if (o.dot) {
+		FILE *f = fopen(o.dot, "w");
+
+		if (!f || qsm_ctx_write_dot(o.sim ? ctx[1] : ctx[0], f) < 0 || fclose(f) != 0) {
+			fprintf(stderr, "qsm-ping: cannot write %s\n", o.dot);
 			r = 1;
 		}
 	}

@@ -44,12 +44,14 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
-		"                 [-c CTRLS] [-v]\n"
+		"                 [-c CTRLS] [-d DOTFILE] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
 		"  discovery ones included), each with at most IOQUEUES I/O queues (1..64, default\n"
-		"  8); beyond, a connection is rejected.  QSM_TRACE=1 traces every transition.\n");
+		"  8); beyond, a connection is rejected.  QSM_TRACE=1 traces every transition.\n"
+		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
+		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n");
 	exit(2);
 }
 
@@ -66,6 +68,23 @@ static uint64_t parse_size(const char *s)
 	if (*end == 'i' || *end == 'B')
 		end++;
 	return *end ? 0 : v;
+}
+
+static const char *g_dot;   /* -d: where the live picture goes */
+
+/* The live picture, to -d's file (replaced whole: a reader never sees half of one). */
+static void write_picture(struct qsm_ctx *ctx)
+{
+	char tmp[4096];
+	FILE *f;
+
+	if (!g_dot || snprintf(tmp, sizeof(tmp), "%s.tmp", g_dot) >= (int)sizeof(tmp))
+		return;
+	f = fopen(tmp, "w");
+	if (!f || qsm_ctx_write_dot(ctx, f) < 0 || fclose(f) != 0 || rename(tmp, g_dot) < 0)
+		LOG("cannot write the picture to %s", g_dot);
+	else
+		LOG("picture of the machines written to %s", g_dot);
 }
 
 static void print_counters(struct qsm_ctx *ctx)
@@ -106,7 +125,7 @@ int main(int argc, char **argv)
 	unsigned max_batch = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:v")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:d:v")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -118,6 +137,7 @@ int main(int argc, char **argv)
 		case 's': g_opts.ns_size = parse_size(optarg); break;
 		case 'q': g_opts.max_io_queues = (unsigned)atoi(optarg); break;
 		case 'c': g_opts.max_ctrls = (unsigned)atoi(optarg); break;
+		case 'd': g_dot = optarg; break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
 		}
@@ -196,10 +216,12 @@ int main(int argc, char **argv)
 				struct signalfd_siginfo si;
 
 				while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-					if (si.ssi_signo == SIGUSR1)
+					if (si.ssi_signo == SIGUSR1) {
 						print_counters(ctx);
-					else
+						write_picture(ctx);
+					} else {
 						stop = 1;
+					}
 				}
 			}
 		}
@@ -214,6 +236,7 @@ int main(int argc, char **argv)
 	}
 	LOG("stopping (largest dispatch batch %u, budget %d)", max_batch, BUDGET);
 	print_counters(ctx);
+	write_picture(ctx);
 	rc = qsm_ctx_counters(ctx, &cnt, sizeof(cnt)) == 0 && cnt.unexpected == 0 ? 0 : 1;
 	if (rc)
 		LOG("FAIL: unexpected events");

@@ -150,11 +150,11 @@ step "3: $bin -c -n $n -C 3  against  $bin -s -n $n (port $port)"
 slog=$tmp/ping3-qsm-server.log
 clog=$tmp/ping3-qsm-client.log
 t0=$(now)
-timeout -s KILL 150 "$bin" -s -a "$addr" -p $port -n "$n" >"$slog" 2>&1 &
+timeout -s KILL 150 "$bin" -s -a "$addr" -p $port -n "$n" -d "$out/qsm-ping-server.dot" >"$slog" 2>&1 &
 spid=$!
 vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; trying anyway)"
 t1=$(now)
-timeout -s KILL 120 "$bin" -c -a "$addr" -p $port -n "$n" -C 3 >"$clog" 2>&1
+timeout -s KILL 120 "$bin" -c -a "$addr" -p $port -n "$n" -C 3 -d "$out/qsm-ping-client.dot" >"$clog" 2>&1
 crc=$?
 t2=$(now)
 vm_wait_bounded "$spid" 30
@@ -170,6 +170,15 @@ drained_ok "$slog" "$n" || bad=1
 grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || bad=1
 grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || bad=1
 grep -q 'unexpected 0,' "$clog" && grep -q 'unexpected 0,' "$slog" || bad=1
+# the live pictures (qsm_ctx_write_dot(3)) each side wrote at exit: every machine, edges taken
+for side in client server; do
+	if [[ -s $out/qsm-ping-$side.dot ]] && grep -q '^digraph' "$out/qsm-ping-$side.dot"; then
+		echo "   qsm-ping $side's picture: $(grep -c -- '->' "$out/qsm-ping-$side.dot") edges, $(grep -- '->' "$out/qsm-ping-$side.dot" | grep -c 'penwidth=2') taken"
+	else
+		echo "   no picture from the qsm-ping $side"
+		bad=1
+	fi
+done
 verdict "qsm-ping x $n connections in parallel, 3 pings each" "$t0" "$bad" \
 	"client exit $crc, server exit $src"
 cp "$tmp"/ping*.log "$out"/ 2>/dev/null
