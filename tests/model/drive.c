@@ -417,8 +417,15 @@ void check_settled(void)
 	}
 	qsm_sim_get_stats(sim, &st);
 	valid += srq_pool_mrs();
+#ifdef QSM_MODEL_ALLOC
+	/* a pool's registration on a device that failed for memory leaves the pool without keys
+	 * there (qsm_pool_srq_keys: -ENODEV), counted in action_errors: never more MRs than valid */
+	CHECK(st.mrs <= valid && valid - st.mrs <= pool_reg_failures_bound(),
+	      "settled: the sim holds %u MRs, the live queues and the pools %u valid ones", st.mrs, valid);
+#else
 	CHECK(st.mrs == valid, "settled: the sim holds %u MRs, the live queues and the pools %u valid ones",
 	      st.mrs, valid);
+#endif
 	/* max_recv_wr, exactly: one receive more is -ENOBUFS */
 	settled = true;
 	srq_settled();

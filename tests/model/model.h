@@ -492,6 +492,7 @@ void srq_world_new(void);
 void srq_world_end(void);
 void srq_world_free(void);
 unsigned srq_pool_mrs(void);
+unsigned pool_reg_failures_bound(void);
 void h_srq_low(struct qsm_srq *s);
 void srq_trace(int c, const struct qsm_trace_record *t);
 void srq_qp_gone(struct rec *r);
@@ -523,5 +524,10 @@ void check_all(void);
 uint64_t env_u64(const char *name, uint64_t def);
 void world_new(void);
 void world_end(void);
+
+/* alloc.c (tests/check_model_alloc only): every nth allocation of the library while it
+ * dispatches fails (0: none); what it saw and failed. */
+void model_alloc_every(unsigned n);
+extern unsigned long alloc_seen, alloc_failed;
 
 #endif

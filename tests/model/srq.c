@@ -64,7 +64,8 @@ void srq_world_free(void)
 }
 
 /* The pool's registrations the sim holds: one per device in each ctx's registry. */
-unsigned srq_pool_mrs(void)
+/* One counter, summed over the ctxs. */
+static unsigned counter_sum(size_t off)
 {
 	unsigned n = 0;
 
@@ -72,9 +73,21 @@ unsigned srq_pool_mrs(void)
 		struct qsm_counters k;
 
 		CHECK(qsm_ctx_counters(ctx[c], &k, sizeof(k)) == 0, "counters");
-		n += (unsigned)k.devices_live;
+		n += (unsigned)*(const uint64_t *)((const char *)&k + off);
 	}
 	return n;
+}
+
+/* What the ctxs counted as failed actions: at least every pool registration that failed. */
+unsigned pool_reg_failures_bound(void)
+{
+	return counter_sum(offsetof(struct qsm_counters, action_errors));
+}
+
+/* The SRQ pool's registrations: one per device of each ctx's registry. */
+unsigned srq_pool_mrs(void)
+{
+	return counter_sum(offsetof(struct qsm_counters, devices_live));
 }
 
 static void srq_finish(struct msrq *m, struct wrec *w, enum wr_state st)
