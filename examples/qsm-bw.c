@@ -200,13 +200,14 @@ static int ctl_ok(const struct bw *b, const struct qsm_wc *wc)
 	return wc->byte_len == sizeof(b->ctl_in) && b->ctl_in.magic == BW_MAGIC;
 }
 
-/* A completion's status: 0 success, 1 a flush after the run ended (nothing to do), -1 an
- * error (printed). */
-static int wc_status(const struct qsm_wc *wc, int over, const char *who, uint64_t count)
+/* A completion's status: 0 success, 1 a flush after the run ended, or of a connection that
+ * never came up (an attempt that failed -- the server not listening yet -- returns the receive
+ * posted in qp_ready; the next attempt posts it again): nothing to do; -1 an error (printed). */
+static int wc_status(const struct qsm_wc *wc, int over, int never_live, const char *who, uint64_t count)
 {
 	if (wc->status == QSM_WC_SUCCESS)
 		return 0;
-	if (wc->status == QSM_WC_WR_FLUSH_ERR && over)
+	if (wc->status == QSM_WC_WR_FLUSH_ERR && (over || never_live))
 		return 1;
 	fprintf(stderr, "qsm-bw: %s: completion error %d (wr %llu) after %llu\n", who, wc->status,
 		(unsigned long long)wc->wr_id, (unsigned long long)count);
@@ -325,7 +326,7 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct bw *b = qsm_conn_priv(q);
 
-	switch (wc_status(wc, b->failed || b->result_seen, "client", b->ccnt)) {
+	switch (wc_status(wc, b->failed || b->result_seen, !b->was_live, "client", b->ccnt)) {
 	case 1: return 0;
 	case -1: return client_fail(q, b);
 	}
@@ -518,7 +519,7 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	struct bw *b = qsm_conn_priv(q);
 	unsigned bad;
 
-	switch (wc_status(wc, b->done, "server", b->rcnt)) {
+	switch (wc_status(wc, b->done, 0, "server", b->rcnt)) {
 	case 1: return 0;
 	case -1: return server_fail(q, b);
 	}

@@ -4,7 +4,8 @@
  * sits in RECONNECT_WAIT -- no cm_id, no QP, only its MR on the device -- retrying with backoff
  * into a port nobody listens on.  `rdma link delete` must then complete while the process lives
  * on: the device registry's sentinel id delivers DEVICE_REMOVAL, every queue takes the gap's
- * self-loop RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT once, its device_removed handler
+ * self-loop RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT once (or, if a retry was under
+ * way, that attempt's DEVICE_REMOVAL edge into RECONNECT_WAIT), its device_removed handler
  * runs once, its MR is deregistered (qsm_mr_valid() 0) and the registries are empty.  After
  * `rdma link add` and a new listener every queue is LIVE again, with its MR registered anew.
  *
@@ -320,7 +321,7 @@ int main(int argc, char **argv)
 	while ((vm_now() - t0) * 1000 < SETTLE_MS)
 		vm_pump(server, client);
 	{
-		unsigned once = 0, selfloop = 0, invalid = 0, valid_in_handler = 0, nodev = 0;
+		unsigned once = 0, selfloop = 0, to_gap = 0, invalid = 0, valid_in_handler = 0, nodev = 0;
 
 		for (unsigned i = 0; i < n; i++) {
 			struct qsm_mr *m = NULL;
@@ -328,6 +329,7 @@ int main(int argc, char **argv)
 			once += u[i].removals == 1;
 			selfloop += u[i].removal_from == QSM_CM_RECONNECT_WAIT &&
 				    u[i].removal_to == QSM_CM_RECONNECT_WAIT;
+			to_gap += u[i].removal_to == QSM_CM_RECONNECT_WAIT;
 			invalid += u[i].mr && !qsm_mr_valid(u[i].mr);
 			valid_in_handler += u[i].mr_valid_in_handler == 1;
 			/* no device now: a registration must be refused */
@@ -337,13 +339,16 @@ int main(int argc, char **argv)
 				qsm_mr_dereg(m);
 		}
 		vm_check(once == n, "%u/%u device_removed handlers ran exactly once", once, n);
-		vm_check(selfloop == n, "%u/%u queues took RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT",
-		         selfloop, n);
+		/* a queue whose retry was under way (a connect into the port nobody listens on: a few
+		 * in flight at any moment, more on a loaded host) hears it on that attempt's cm_id */
+		vm_check(to_gap == n && selfloop >= n / 2, "%u/%u queues took DEVICE_REMOVAL into RECONNECT_WAIT, "
+		         "%u of them the gap's self-loop RECONNECT_WAIT --DEVICE_REMOVAL--> RECONNECT_WAIT (the "
+		         "rest from a retry under way)", to_gap, n, selfloop);
 		vm_check(valid_in_handler == n, "%u/%u MRs still valid inside device_removed", valid_in_handler, n);
 		vm_check(invalid == n, "%u/%u MRs invalid after the removal (qsm_mr_valid 0)", invalid, n);
 		vm_check(nodev == n, "%u/%u qsm_conn_reg_mr in the deviceless gap: -ENODEV", nodev, n);
-		for (unsigned i = 0; i < n && (once < n || selfloop < n); i++)
-			if (u[i].removals != 1 || u[i].removal_from != QSM_CM_RECONNECT_WAIT)
+		for (unsigned i = 0; i < n && (once < n || to_gap < n); i++)
+			if (u[i].removals != 1 || u[i].removal_to != QSM_CM_RECONNECT_WAIT)
 				printf("   queue %u: %u removals, last %s -> %s\n", i, u[i].removals,
 				       vm_cm_state_name(u[i].removal_from), vm_cm_state_name(u[i].removal_to));
 	}
