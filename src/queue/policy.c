@@ -84,8 +84,15 @@ struct qsm_conn_cfg *qsm_conn_cfg_get(struct qsm_ctx *ctx, const struct qsm_time
 	if (ctx->ncfgs >= ctx->cfgs_cap && cfgs_resize(ctx, ctx->cfgs_cap ? 2 * ctx->cfgs_cap : 8) < 0)
 		return NULL;
 	c = malloc(sizeof(*c));
-	if (!c)
+	if (!c) {
+		if (!ctx->ncfgs) {
+			/* the set was made for this one: nothing else would ever free it */
+			free(ctx->cfgs);
+			ctx->cfgs = NULL;
+			ctx->cfgs_cap = 0;
+		}
 		return NULL;
+	}
 	*c = key;
 	c->refs = 1;
 	c->next = ctx->cfgs[c->hash & (ctx->cfgs_cap - 1)];
