@@ -211,30 +211,18 @@ static pid_t spawn(char *const argv[])
 	return pid;
 }
 
-/* A hung `rdma link delete` sits in the kernel: its stack says what it waits for. */
-static void print_kernel_stack(pid_t pid)
+/* The lines of /proc/PID/FILE that start with `prefix` ("": all), indented.  Its state in
+ * "status" ("D (disk sleep)", ...); a hung `rdma link delete` sits in the kernel, and its
+ * "stack" says what it waits for. */
+static void print_proc(pid_t pid, const char *file, const char *prefix)
 {
 	char path[64], line[256];
 	FILE *st;
 
-	snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
 	st = fopen(path, "r");
 	while (st && fgets(line, sizeof(line), st))
-		printf("     %s", line);
-	if (st)
-		fclose(st);
-}
-
-/* What /proc/PID/status says of its state ("D (disk sleep)", "R (running)", ...). */
-static void print_proc_state(pid_t pid)
-{
-	char path[64], line[256];
-	FILE *st;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	st = fopen(path, "r");
-	while (st && fgets(line, sizeof(line), st))
-		if (!strncmp(line, "State:", 6))
+		if (!strncmp(line, prefix, strlen(prefix)))
 			printf("     %s", line);
 	if (st)
 		fclose(st);
@@ -261,8 +249,8 @@ double vm_run_dispatching(struct qsm_ctx *a, struct qsm_ctx *b, char *const argv
 		return vm_now() - t0;
 	printf("   '%s %s ...' still running after %d ms; its state and kernel stack:\n", argv[0], argv[1],
 	       limit_ms);
-	print_proc_state(pid);
-	print_kernel_stack(pid);
+	print_proc(pid, "status", "State:");
+	print_proc(pid, "stack", "");
 	while ((vm_now() - t0) * 1000 < 2.0 * limit_ms) {
 		if (waitpid(pid, status, WNOHANG) == pid) {
 			took = vm_now() - t0;
