@@ -17,6 +17,7 @@ static const struct qsm_class *up(const struct qsm_class *k, const struct qsm_cl
 			(dst) = k->slot; \
 	} while (0)
 
+_Static_assert(QSM_CM_STATE_COUNT <= 32 && QSM_ACCEPT_STATE_COUNT <= 32, "a state is a bit of a mask");
 _Static_assert(QSM_CM_STATE_COUNT <= QSM_CLASS_STATE_ROOM &&
 	       QSM_ACCEPT_STATE_COUNT <= QSM_CLASS_STATE_ROOM, "qsm_class has no room for every state");
 
@@ -91,6 +92,15 @@ const struct qsm_vtable *qsm_vtable_get(struct qsm_ctx *ctx, const struct qsm_cl
 		RESOLVE(vt->state[1][st].exit, c, passive[st].exit);
 		RESOLVE(vt->state[1][st].on_event, c, passive[st].on_event);
 	}
+	for (int pas = 0; pas < 2; pas++)
+		for (int st = 0; st < QSM_CM_STATE_COUNT; st++) {
+			const struct qsm_state_handlers *h = &vt->state[pas][st];
+
+			if (h->on_event || h->exit)
+				vt->leave_mask[pas] |= 1u << st;
+			if (h->enter)
+				vt->enter_mask[pas] |= 1u << st;
+		}
 	RESOLVE(vt->unexpected, c, unexpected);
 	RESOLVE(vt->device_removed, c, device_removed);
 	RESOLVE(vt->qp_ready, c, qp_ready);

@@ -11,6 +11,9 @@ struct qsm_srq;
 struct qsm_vtable {
 	const struct qsm_class *cls;
 	struct qsm_state_handlers state[2][QSM_CM_STATE_COUNT]; /* [passive][state] */
+	/* bit s: state s has an on_event or exit handler (leaving) / an enter handler
+	 * (arriving): an edge between states that have none tests one word each way */
+	uint32_t leave_mask[2], enter_mask[2];
 	qsm_handler_fn unexpected, device_removed, qp_ready;
 	int (*completion)(struct qsm_conn *q, const struct qsm_wc *wc);
 	void (*release)(struct qsm_conn *q);

@@ -66,10 +66,14 @@ static int edge_of(const struct qsm_sm *sm, int s, int ev, struct qsm_edge *e)
 	return 0;
 }
 
+/* EDGE(from, ...), or EDGE(n, from, ...) when the edge is numbered (n > 0) */
 static void print_edge(enum qsm_machine m, const struct qsm_sm *sm, int s, int ev,
-		       const struct qsm_edge *e, const char *indent)
+		       const struct qsm_edge *e, const char *indent, int n)
 {
-	printf("%sEDGE(%s%s, QSM_EV_%s, %s%s, %s, %d,", indent, prefix[m], sm->state_names[s],
+	printf("%sEDGE(", indent);
+	if (n > 0)
+		printf("%d, ", n);
+	printf("%s%s, QSM_EV_%s, %s%s, %s, %d,", prefix[m], sm->state_names[s],
 	       qsm_event_name(ev), prefix[m], sm->state_names[e->target],
 	       timeout_names[sm->facts[e->target].timeout], e->target == sm->final_state);
 	for (unsigned int i = 0; i < e->nactions; i++) {
@@ -105,12 +109,35 @@ static int machine(enum qsm_machine m)
 		printf("\tcase %s%s: \\\n\t\tswitch (event) { \\\n", prefix[m], sm->state_names[s]);
 		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
 			if (edge_of(sm, s, ev, &e) == 0) {
-				print_edge(m, sm, s, ev, &e, "\t\t");
+				print_edge(m, sm, s, ev, &e, "\t\t", 0);
 				edges++;
 			}
 		printf("\t\tdefault: \\\n\t\t\tNO_EDGE; \\\n\t\t} \\\n\t\tbreak; \\\n");
 	}
 	printf("\tdefault: \\\n\t\tNO_EDGE; \\\n\t}\n/* %d edges */\n\n", edges);
+
+	/* the same edges numbered 1..n as a list, and a table (state, event) -> number, 0 for
+	 * none: a step is one load from the table and a call through an array of functions,
+	 * one compiled per edge */
+	printf("#define QSM_EDGES_");
+	upper_name(sm->name);
+	printf("(EDGE, A) \\\n");
+	for (int s = 0, n = 0; s < sm->nstates; s++)
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
+			if (edge_of(sm, s, ev, &e) == 0)
+				print_edge(m, sm, s, ev, &e, "\t", ++n);
+	printf("\n#define QSM_EDGE_COUNT_");
+	upper_name(sm->name);
+	printf(" %d\n", edges);
+	printf("static const uint8_t qsm_edge_index_%s[%d][QSM_EDGE_ROW] = {\n", sm->name, sm->nstates);
+	for (int s = 0, n = 0; s < sm->nstates; s++) {
+		printf("\t[%s%s] = {", prefix[m], sm->state_names[s]);
+		for (int ev = 1; ev < QSM_EV_LIMIT; ev++)
+			if (edge_of(sm, s, ev, &e) == 0)
+				printf(" [QSM_EV_%s] = %d,", qsm_event_name(ev), ++n);
+		printf(" },\n");
+	}
+	printf("};\n_Static_assert(%d < 256, \"an edge's number fits a byte\");\n\n", edges);
 
 	/* whether an edge is there (a downcall's -ENOMSG, the registry's fan-out) */
 	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n\tQSM_SWITCH_",
@@ -124,7 +151,10 @@ int main(void)
 {
 	printf("/* sm/edges.h: written by tools/qsm-edges from the compiled machines (sm/\\*.rl).\n"
 	       " * Do not edit: change the .rl, and the build writes this again. */\n"
-	       "#ifndef QSM_SM_EDGES_H\n#define QSM_SM_EDGES_H\n\n#include \"sm.h\"\n");
+	       "#ifndef QSM_SM_EDGES_H\n#define QSM_SM_EDGES_H\n\n#include \"sm.h\"\n\n"
+	       "/* a row of qsm_edge_index_M: every event, rounded up to a power of two (a shift) */\n"
+	       "#define QSM_EDGE_ROW 128\n"
+	       "_Static_assert(QSM_EV_LIMIT <= QSM_EDGE_ROW, \"a row holds every event\");\n");
 	for (int m = 0; m < QSM_MACHINE_COUNT; m++)
 		if (machine((enum qsm_machine)m) < 0)
 			return 1;

@@ -325,32 +325,48 @@ static void conn_close(struct qsm_conn *q)
 	q->ctx->counters.queues_live--;
 }
 
-static void take_abort(struct qsm_conn *q);
+
+/* The QP's own events, one bit each from QP_FATAL on: what the QP itself went through, fed
+ * to the QP machine before the queue's machine hears of it.  In an edge's function the event
+ * is a constant, and the test is gone from every edge but these. */
+#define QP_BIT(e) (1u << (QSM_EV_##e - QSM_EV_QP_FATAL))
+#define QP_EVENTS (QP_BIT(QP_FATAL) | QP_BIT(WC_ERROR) | QP_BIT(DRAINED) | QP_BIT(LAST_WQE))
+_Static_assert(QSM_EV_LAST_WQE - QSM_EV_QP_FATAL < 32, "the QP's events fit one word");
+QSM_ALWAYS_INLINE void qp_event(struct qsm_conn *q, int event)
+{
+	if ((unsigned)(event - QSM_EV_QP_FATAL) < 32 && (QP_EVENTS >> (event - QSM_EV_QP_FATAL)) & 1)
+		qp_feed(q, event);
+}
 
 /* No edge for the event here: counted, traced, told to the class; the machine stays. */
 static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_event_info info = { .event = 0 };
 
+	qp_event(q, it->event);
 	qsm_step_unexpected(q->ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, q->state),
 			    it->event, it->status);
 	call(q, q->vt->unexpected, &info, it, q->state, q->state);
 }
 
 /*
- * An edge, as the machine's edge list (sm/edges.h) gives it to the queue's switches: the
- * class's handlers around it, its actions in order (inline: a is a constant in each case),
- * the target's step timeout armed on arrival.  Every argument but q, info and it is a
- * constant of its case, so each edge compiles into the code one would write by hand for it.
+ * An edge, as the machine's edge list (sm/edges.h) gives it: the class's handlers around it,
+ * its actions in order (inline: a is a constant in each case), the target's step timeout armed
+ * on arrival.  P is 1 for the passive machine (accept), 0 for the active one (cm_id).  Every
+ * argument but q, info and it is a constant of its edge, so each edge compiles into the code
+ * one would write by hand for it.
  */
-QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, struct qsm_event_info *info,
+QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, int P, struct qsm_event_info *info,
 			     const struct qsm_item *it, int from, int to)
 {
-	const struct qsm_state_handlers *hs = q->hs;
+	const struct qsm_state_handlers *hs = q->vt->state[P];
 
-	call(q, hs[from].on_event, info, it, from, to);
+	if (q->vt->leave_mask[P] & (1u << from)) {
+		call(q, hs[from].on_event, info, it, from, to);
+		if (to != from)
+			call(q, hs[from].exit, info, it, from, to);
+	}
 	if (to != from) {
-		call(q, hs[from].exit, info, it, from, to);
 		/* O(1): the old state's timer is void; an action may arm a new one (arm_retry) */
 		qsm_timer_cancel(q->ctx, &q->timer);
 	}
@@ -370,14 +386,14 @@ static __attribute__((noinline)) uint32_t connect_step_ms(const struct qsm_conn 
 	return cm && cm + cm / 4 > ms ? cm + cm / 4 : ms;
 }
 
-QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
+QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, int P, struct qsm_event_info *info,
 			      const struct qsm_item *it, int from, int event, int to,
 			      enum qsm_step_timeout timeout, bool final)
 {
 	struct qsm_ctx *ctx = q->ctx;
 
-	qsm_step_taken(ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, from), event,
-		       state_name(q, to), it->status);
+	qsm_step_taken(ctx, P ? "passive" : "conn", q->vt->cls->name, q->obj.serial,
+		       state_name(q, from), event, state_name(q, to), it->status);
 	q->state = (uint8_t)to;
 	if (event == QSM_EV_RETRY)
 		ctx->counters.reconnects++;
@@ -390,7 +406,8 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT,
 				      timeout == QSM_STEP_CONNECT ? connect_step_ms(q, q->cfg->step_ms[timeout])
 								  : q->cfg->step_ms[timeout]);
-		call(q, q->hs[to].enter, info, it, from, to);
+		if (q->vt->enter_mask[P] & (1u << to))
+			call(q, q->vt->state[P][to].enter, info, it, from, to);
 	}
 }
 
@@ -398,44 +415,63 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, struct qsm_event_info *info,
 #define QUEUE_ACTION(a) \
 	if (run_action(q, a, info, it, to_) < 0) \
 		break;
-#define QUEUE_EDGE(from, event, to, timeout, final, actions) \
-	case (event): { \
+
+/* Nothing told yet: what the handlers are told is put together for the first that runs. */
+QSM_ALWAYS_INLINE void untold(struct qsm_event_info *info)
+{
+	info->event = 0;
+}
+
+/* One edge of machine M: a function of its own, all of whose constants are the edge's. */
+#define QUEUE_EDGE_BODY(M, P, from, event, to, timeout, final, actions) \
+	{ \
+		struct qsm_event_info info_, *const info = &info_; \
 		const int to_ = (to); \
-		leave(q, info, it, from, to_); \
+		untold(info); \
+		qp_event(q, event); \
+		leave(q, P, info, it, from, to_); \
 		do { \
 			actions \
 		} while (0); \
-		qsm_edge_taken(q->ctx, QUEUE_MACHINE, from, event); \
-		arrive(q, info, it, from, event, to_, timeout, final); \
-		return; \
+		qsm_edge_taken(q->ctx, M, from, event); \
+		arrive(q, P, info, it, from, event, to_, timeout, final); \
 	}
 
-/* (the machine a constant, as from and event are: each edge's count is one add to a fixed slot) */
-#define QUEUE_MACHINE QSM_MACHINE_CM_ID
-static void step_active(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
-{
-	QSM_SWITCH_CM_ID(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
-}
-#undef QUEUE_MACHINE
+typedef void queue_edge_fn(struct qsm_conn *q, const struct qsm_item *it);
 
-#define QUEUE_MACHINE QSM_MACHINE_ACCEPT
-static void step_passive(struct qsm_conn *q, struct qsm_event_info *info, const struct qsm_item *it)
-{
-	QSM_SWITCH_ACCEPT(q->state, it->event, QUEUE_EDGE, QUEUE_ACTION, unexpected(q, it))
-}
-#undef QUEUE_MACHINE
+#define CM_ID_EDGE(n, from, event, to, timeout, final, actions) \
+	static void cm_id_edge_##n(struct qsm_conn *q, const struct qsm_item *it) \
+	QUEUE_EDGE_BODY(QSM_MACHINE_CM_ID, 0, from, event, to, timeout, final, actions)
+#define ACCEPT_EDGE(n, from, event, to, timeout, final, actions) \
+	static void accept_edge_##n(struct qsm_conn *q, const struct qsm_item *it) \
+	QUEUE_EDGE_BODY(QSM_MACHINE_ACCEPT, 1, from, event, to, timeout, final, actions)
+QSM_EDGES_CM_ID(CM_ID_EDGE, QUEUE_ACTION)
+QSM_EDGES_ACCEPT(ACCEPT_EDGE, QUEUE_ACTION)
 
-/* One event through the queue's machine, and the ABORT edge after it if a handler refused. */
+/* Each machine's edges by number (sm/edges.h's qsm_edge_index_M), 0: no edge */
+#define CM_ID_ENTRY(n, ...) [n] = cm_id_edge_##n,
+#define ACCEPT_ENTRY(n, ...) [n] = accept_edge_##n,
+static queue_edge_fn *const cm_id_edges[QSM_EDGE_COUNT_CM_ID + 1] = {
+	[0] = unexpected,
+	QSM_EDGES_CM_ID(CM_ID_ENTRY, QUEUE_ACTION)
+};
+static queue_edge_fn *const accept_edges[QSM_EDGE_COUNT_ACCEPT + 1] = {
+	[0] = unexpected,
+	QSM_EDGES_ACCEPT(ACCEPT_ENTRY, QUEUE_ACTION)
+};
+
+static void take_abort(struct qsm_conn *q);
+
+/* One event through the queue's machine: one load from its table of edges, one call; and
+ * the ABORT edge after it if a handler refused.  (Every event is below QSM_EV_LIMIT: the
+ * counters are indexed by it too.) */
 QSM_ALWAYS_INLINE void step_item(struct qsm_conn *q, const struct qsm_item *it)
 {
-	struct qsm_event_info info;
-
-	info.event = 0;
 	qsm_step_counted(q->ctx, it->event);
 	if (q->passive)
-		step_passive(q, &info, it);
+		accept_edges[qsm_edge_index_accept[q->state][it->event]](q, it);
 	else
-		step_active(q, &info, it);
+		cm_id_edges[qsm_edge_index_cm_id[q->state][it->event]](q, it);
 	take_abort(q);
 }
 
@@ -464,11 +500,6 @@ static void take_abort(struct qsm_conn *q)
 	step(q, QSM_EV_ABORT, 0);
 }
 
-/* The QP's own events, one bit each from QP_FATAL on: one test on the dispatch path. */
-#define QP_BIT(e) (1u << (QSM_EV_##e - QSM_EV_QP_FATAL))
-#define QP_EVENTS (QP_BIT(QP_FATAL) | QP_BIT(WC_ERROR) | QP_BIT(DRAINED) | QP_BIT(LAST_WQE))
-_Static_assert(QSM_EV_LAST_WQE - QSM_EV_QP_FATAL < 32, "the QP's events fit one word");
-
 static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
@@ -481,9 +512,6 @@ static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 		ctx->counters.dropped++;
 		return;
 	}
-	/* what the QP itself went through, before the queue's machine hears of it */
-	if ((unsigned)(it->event - QSM_EV_QP_FATAL) < 32 && (QP_EVENTS >> (it->event - QSM_EV_QP_FATAL)) & 1)
-		qp_feed(q, it->event);
 	step_item(q, it);
 }
 
@@ -547,8 +575,7 @@ static void complete_error(struct qsm_conn *q, const struct qsm_fabric_cqe *c)
 	take_abort(q);
 	if (!wc_error_now || q->dead)
 		return;
-	qp_feed(q, QSM_EV_WC_ERROR);
-	step(q, QSM_EV_WC_ERROR, -EIO);
+	step(q, QSM_EV_WC_ERROR, -EIO);   /* its edge feeds the QP machine first */
 	take_abort(q);
 }
 
