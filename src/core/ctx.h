@@ -139,6 +139,8 @@ struct qsm_ctx {
 	/* timers: binary min-heap; it grows as timers come and shrinks back (qsm_timers_trim) */
 	struct qsm_timer **heap;
 	uint32_t heap_len, heap_cap;
+	uint64_t heap_top_ns;             /* heap[0]->key_ns, UINT64_MAX when empty: a pass's
+	                                     glance at whether a timer may be due */
 	uint32_t heap_hwm;                /* most timers it held at once since the last trim */
 	uint32_t heap_reserve;            /* objects with a timer: the heap never holds fewer slots,
 	                                     so arming one never allocates (qsm_timer_reserve) */

@@ -39,6 +39,7 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	ctx->coarse_slack_ns = opts->now_ns ? 0 : qsm_coarse_slack_ns();
 	ctx->now_arg = opts->now_arg;
 	ctx->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
+	ctx->heap_top_ns = UINT64_MAX;
 	for (int k = 0; k < QSM_OBJ_KINDS; k++)
 		qsm_list_init(&ctx->objs[k]);
 	qsm_list_init(&ctx->pools);
@@ -321,16 +322,21 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 	while (n < budget) {
 		struct qsm_item *it, now;
 
-		if (ctx->cqe_next < ctx->cqe_len && !ctx->fifo_len) {
+		if (ctx->fifo_len) {
+			/* a nested pass pins what it pops until the outermost item returns: no more
+			 * than the reserve keeps for it (outside one, nothing is pinned here) */
+			if (ctx->fifo_pinned >= QSM_FIFO_PIN_SLACK)
+				break;
+			it = qsm_fifo_pop(ctx);
+		} else if (ctx->cqe_next < ctx->cqe_len) {
 			n += dispatch_left(ctx, budget - n);   /* what a batch left, behind the FIFO */
 			continue;
-		}
-		/* Timers fire only into an empty FIFO: an item still queued may move its object to
-		 * another state (cancelling the timer), and an expiry queued behind it would then
-		 * reach a state it was never armed for. */
-		if (!ctx->fifo_len)
-			qsm_timers_fire(ctx);
-		if (!ctx->fifo_len) {
+		} else if (qsm_timers_fire(ctx)) {
+			/* Timers fire only into an empty FIFO: an item still queued may move its
+			 * object to another state (cancelling the timer), and an expiry queued behind
+			 * it would then reach a state it was never armed for. */
+			continue;
+		} else {
 			int r = take_fabric_event(ctx, budget - n, &now);
 
 			if (r < 0)
@@ -339,12 +345,6 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 			if (!now.target)
 				continue;
 			it = &now;
-		} else {
-			/* a nested pass pins what it pops until the outermost item returns: no more
-			 * than the reserve keeps for it (outside one, nothing is pinned here) */
-			if (ctx->fifo_pinned >= QSM_FIFO_PIN_SLACK)
-				break;
-			it = qsm_fifo_pop(ctx);
 		}
 		ctx->counters.popped++;
 		it->target->ops->dispatch(it->target, it);

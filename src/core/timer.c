@@ -64,6 +64,12 @@ void qsm_pass_clock(struct qsm_ctx *ctx)
  * belong to a disarmed timer; fire_timers() sorts that out when the key comes due.
  */
 
+/* After every change to the heap: what qsm_timers_fire() glances at. */
+static void top_refresh(struct qsm_ctx *ctx)
+{
+	ctx->heap_top_ns = ctx->heap_len ? ctx->heap[0]->key_ns : UINT64_MAX;
+}
+
 static void heap_swap(struct qsm_ctx *ctx, uint32_t a, uint32_t b)
 {
 	struct qsm_timer *t = ctx->heap[a];
@@ -108,12 +114,13 @@ void qsm_timer_remove(struct qsm_ctx *ctx, struct qsm_timer *t)
 		return;
 	t->heap_idx = UINT32_MAX;
 	ctx->heap_len--;
-	if (i == ctx->heap_len)
-		return;
-	ctx->heap[i] = ctx->heap[ctx->heap_len];
-	ctx->heap[i]->heap_idx = i;
-	heap_up(ctx, i);
-	heap_down(ctx, ctx->heap[i]->heap_idx);
+	if (i != ctx->heap_len) {
+		ctx->heap[i] = ctx->heap[ctx->heap_len];
+		ctx->heap[i]->heap_idx = i;
+		heap_up(ctx, i);
+		heap_down(ctx, ctx->heap[i]->heap_idx);
+	}
+	top_refresh(ctx);
 }
 
 static int heap_resize(struct qsm_ctx *ctx, uint32_t cap)
@@ -152,6 +159,7 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 	if (t->heap_idx != UINT32_MAX) {
 		t->key_ns = deadline;
 		heap_up(ctx, t->heap_idx);
+		top_refresh(ctx);
 		return;
 	}
 	if (ctx->heap_len == ctx->heap_cap &&
@@ -169,6 +177,7 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 	if (ctx->heap_len > ctx->heap_hwm)
 		ctx->heap_hwm = ctx->heap_len;
 	heap_up(ctx, t->heap_idx);
+	top_refresh(ctx);
 }
 
 /* qsm_timers_trim(): the heap to twice hwm (a power of two, at least QSM_HEAP_MIN). */
@@ -199,6 +208,7 @@ void qsm_timers_fire_due(struct qsm_ctx *ctx)
 		if (t->event && t->key_ns < t->deadline_ns) {
 			t->key_ns = t->deadline_ns;
 			heap_down(ctx, 0);
+			top_refresh(ctx);
 			continue;
 		}
 		int event = t->event;

@@ -38,14 +38,17 @@ QSM_ALWAYS_INLINE uint64_t qsm_now(struct qsm_ctx *ctx)
 	return ctx->pass_now_ns;
 }
 
-/* Fire the timers that are due; a glance at the heap's top when none is.  Inside a
+/* Fire the timers that are due (true: something was queued); a glance at the heap's top
+ * when none is.  Inside a
  * dispatch pass only: the clock is the pass's, set whenever the heap holds a timer (at the
  * pass's start, or by the arm that put one there) -- read, or a lower bound that shows the
  * heap's top is not due (qsm_pass_clock). */
-static inline void qsm_timers_fire(struct qsm_ctx *ctx)
+static inline bool qsm_timers_fire(struct qsm_ctx *ctx)
 {
-	if (ctx->heap_len && ctx->heap[0]->key_ns <= ctx->pass_now_ns)
-		qsm_timers_fire_due(ctx);
+	if (ctx->heap_top_ns > ctx->pass_now_ns)
+		return false;
+	qsm_timers_fire_due(ctx);
+	return ctx->fifo_len != 0;   /* (due timers may wait for the fabric's backlog) */
 }
 
 /*

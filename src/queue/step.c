@@ -133,7 +133,8 @@ static void flush_left(struct qsm_conn *q, struct qsm_fid *id)
 	struct qsm_fabric_cqe c[QSM_FABRIC_CQE_BATCH];
 	int n;
 
-	qsm_ctx_take_left(ctx, &q->obj, id, complete_left);
+	if (ctx->cqe_next < ctx->cqe_len)
+		qsm_ctx_take_left(ctx, &q->obj, id, complete_left);
 	while ((n = ctx->ops->flush_qp(id, c, QSM_FABRIC_CQE_BATCH)) > 0) {
 		ctx->counters.fabric_events += (uint64_t)n;
 		ctx->counters.popped += (uint64_t)n;
@@ -169,13 +170,18 @@ static void feed_back(struct qsm_conn *q, int event, int err)
 
 static int create_qp(struct qsm_conn *q)
 {
-	struct qsm_fabric_qp_attr attr = q->vt->qp;
+	struct qsm_fabric_qp_attr attr;
 	int r;
 
 	/* on its class's SRQ of the device, if it asks for one: made now if this is the first */
-	if (q->vt->srq.max_wr && (r = qsm_srq_for(q->du.dev, q->vt, &q->srq, &attr.srq)) < 0)
-		return r;
-	r = q->ctx->ops->create_qp(q->id, &attr);
+	if (q->vt->srq.max_wr) {
+		attr = q->vt->qp;
+		if ((r = qsm_srq_for(q->du.dev, q->vt, &q->srq, &attr.srq)) < 0)
+			return r;
+		r = q->ctx->ops->create_qp(q->id, &attr);
+	} else {
+		r = q->ctx->ops->create_qp(q->id, &q->vt->qp);
+	}
 	if (r < 0) {
 		q->srq = NULL;
 		return r;
