@@ -28,6 +28,34 @@ static inline void qsm_list_del(struct qsm_list *n)
 	n->next = n->prev = n;
 }
 
+/*
+ * A list whose head is one pointer (the kernel's hlist), for lists an object holds many of and
+ * mostly leaves empty: a node is two pointers, the second at the pointer that points at it.
+ */
+struct qsm_hnode {
+	struct qsm_hnode *next, **pprev;
+};
+struct qsm_hlist {
+	struct qsm_hnode *first;
+};
+
+static inline void qsm_hlist_add(struct qsm_hlist *h, struct qsm_hnode *n)
+{
+	n->next = h->first;
+	if (h->first)
+		h->first->pprev = &n->next;
+	h->first = n;
+	n->pprev = &h->first;
+}
+static inline void qsm_hlist_del(struct qsm_hnode *n)
+{
+	*n->pprev = n->next;
+	if (n->next)
+		n->next->pprev = n->pprev;
+	n->next = NULL;
+	n->pprev = NULL;
+}
+
 /* Every node of a list; `pos` may be unlinked inside the loop. */
 #define qsm_list_each(pos, tmp, head) \
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)

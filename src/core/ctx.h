@@ -82,8 +82,10 @@ static inline struct qsm_obj *qsm_timer_owner(struct qsm_timer *t)
 /* One event on its way to an object; private data copied in. */
 struct qsm_item {
 	struct qsm_obj *target;
-	struct qsm_fid *id;         /* fabric events: the id it came on; else NULL */
-	struct qsm_fsrq *srq;       /* SRQ_LIMIT (from the fabric only): the SRQ; else unset */
+	union {
+		struct qsm_fid *id;     /* fabric events: the id it came on; else NULL */
+		struct qsm_fsrq *srq;   /* SRQ_LIMIT (from the fabric only, to a device): the SRQ */
+	};
 	uint32_t gen;               /* the target's id_gen when it was queued */
 	int event;
 	int status;

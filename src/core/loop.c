@@ -284,8 +284,10 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 		return 0;
 	}
 	it->target = target;
-	it->id = ev.id;
-	it->srq = ev.srq;
+	if (ev.event == QSM_EV_SRQ_LIMIT)
+		it->srq = ev.srq;
+	else
+		it->id = ev.id;
 	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;

@@ -38,7 +38,7 @@ int qsm_conn_reg_mr(struct qsm_conn *q, void *addr, size_t len, int access, stru
 	mr->addr = (uintptr_t)addr;
 	mr->len = len;
 	mr->access = access;
-	qsm_list_add_tail(&q->mrs, &mr->node);
+	qsm_hlist_add(&q->mrs, &mr->node);
 	*ret = mr;
 	return 0;
 }
@@ -52,7 +52,7 @@ int qsm_mr_dereg(struct qsm_mr *mr)
 	qsm_check(mr, -EINVAL);
 	if ((r = qsm_mr_release(mr)) < 0)
 		return r;
-	qsm_list_del(&mr->node);
+	qsm_hlist_del(&mr->node);
 	free(mr);
 	return 0;
 }
@@ -91,7 +91,7 @@ int qsm_conn_alloc_mw(struct qsm_conn *q, struct qsm_mw **ret)
 		return r;
 	}
 	mw->q = q;
-	qsm_list_add_tail(&q->mws, &mw->node);
+	qsm_hlist_add(&q->mws, &mw->node);
 	*ret = mw;
 	return 0;
 }
@@ -100,7 +100,7 @@ int qsm_mw_free(struct qsm_mw *mw)
 {
 	qsm_check(mw, -EINVAL);
 	qsm_mw_release(mw);
-	qsm_list_del(&mw->node);
+	qsm_hlist_del(&mw->node);
 	free(mw);
 	return 0;
 }

@@ -25,7 +25,7 @@
  * already gone: refuse it, the buffer stays the ULP's.  The machine says which states drain. */
 static bool draining(const struct qsm_conn *q)
 {
-	return q->sm->facts[q->state].drains;
+	return qsm_conn_sm(q)->facts[q->state].drains;
 }
 
 /* Whether q's QP takes work requests now (the fabric has the op: `supported`): 0, or why not. */
@@ -61,7 +61,7 @@ static inline bool inline_ok(const struct qsm_conn *q, const struct qsm_wr *wr)
  * have now (the runtime knows each bind's rkey when it posts it). */
 static bool own_rkey(const struct qsm_conn *q, uint32_t rkey)
 {
-	for (const struct qsm_list *n = q->mws.next; n != &q->mws; n = n->next) {
+	for (const struct qsm_hnode *n = q->mws.first; n; n = n->next) {
 		const struct qsm_mw *mw = qsm_container_of(n, const struct qsm_mw, node);
 
 		if (mw->rkey && mw->rkey == rkey)

@@ -63,15 +63,10 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->obj.serial = ++ctx->next_serial;
 	q->ctx = ctx;
 	q->passive = passive;
-	q->sm = passive ? &qsm_sm_accept : &qsm_sm_cm_id;
-	q->hs = vt->state[passive];
-	q->state = (uint8_t)q->sm->start_state;
+	q->state = (uint8_t)qsm_conn_sm(q)->start_state;
 	q->qp_state = (uint8_t)qsm_sm_qp.final_state; /* no QP yet */
 	q->timer.heap_idx = UINT32_MAX;
-	q->du.obj = &q->obj;
 	qsm_list_init(&q->du.node);
-	qsm_list_init(&q->mrs);
-	qsm_list_init(&q->mws);
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
 	ctx->device_added = qsm_registry_device_added; /* a queue in the gap waits for one */
 	ctx->counters.queues_live++;
@@ -99,13 +94,11 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 	if (!q)
 		return -ENOMEM;
 	q->dst = dst;
-	if (o->src) {
-		q->src = src;
-		q->has_src = true;
-	}
 	q->cfg = qsm_conn_cfg_get(ctx, &o->timeouts, &o->policy);
 	q->user = o->user;
-	if (!q->cfg ||
+	if (o->src && (q->src = malloc(sizeof(*q->src))))
+		*q->src = src;
+	if (!q->cfg || (o->src && !q->src) ||
 	    (o->private_data_len && qsm_conn_set_pdata(q, o->private_data, o->private_data_len) < 0)) {
 		qsm_conn_teardown(q);
 		return -ENOMEM;
@@ -181,7 +174,7 @@ int qsm_conn_state(struct qsm_conn *q)
 const char *qsm_conn_state_name(struct qsm_conn *q)
 {
 	qsm_check(q, NULL);
-	return q->sm->state_names[q->state];
+	return qsm_conn_sm(q)->state_names[q->state];
 }
 
 int qsm_conn_qp_state(struct qsm_conn *q)

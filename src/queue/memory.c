@@ -34,26 +34,26 @@ void qsm_mw_release(struct qsm_mw *mw)
  * the handles stay the ULP's unless the queue itself is being freed. */
 void qsm_conn_release_mrs(struct qsm_conn *q, bool free_handles)
 {
-	struct qsm_list *n, *next;
+	struct qsm_hnode *n, *next;
 
-	for (n = q->mws.next; n != &q->mws; n = next) {
+	for (n = q->mws.first; n; n = next) {
 		struct qsm_mw *mw = qsm_container_of(n, struct qsm_mw, node);
 
 		next = n->next;
 		qsm_mw_release(mw);
 		if (free_handles) {
-			qsm_list_del(&mw->node);
+			qsm_hlist_del(&mw->node);
 			free(mw);
 		}
 	}
 
-	for (n = q->mrs.next; n != &q->mrs; n = next) {
+	for (n = q->mrs.first; n; n = next) {
 		struct qsm_mr *mr = qsm_container_of(n, struct qsm_mr, node);
 
 		next = n->next;
 		qsm_mr_release(mr);
 		if (free_handles) {
-			qsm_list_del(&mr->node);
+			qsm_hlist_del(&mr->node);
 			free(mr);
 		}
 	}

@@ -29,10 +29,9 @@ struct qsm_conn_cfg {
 struct qsm_conn {
 	struct qsm_obj obj;
 	struct qsm_timer timer;
+	struct qsm_dev_user du;      /* its device (du.dev), while it has one: after the timer */
 	struct qsm_ctx *ctx;
 	const struct qsm_vtable *vt; /* its class's table (vt->cls: the class) */
-	const struct qsm_sm *sm;    /* cm_id (active) or accept (passive) */
-	const struct qsm_state_handlers *hs; /* vt->state[passive]: its handlers, by state */
 	struct qsm_fid *id;
 	struct qsm_srq *srq;         /* its QP's SRQ (its class asks for one), while it has a QP */
 	uint8_t state;
@@ -46,21 +45,27 @@ struct qsm_conn {
 	uint32_t attempts;
 	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
 	uint32_t next_delay_ms;
-	bool has_src;
 	uint64_t lost_at_ns;
 	struct qsm_conn_cfg *cfg;    /* its timeouts and policy, shared: never written here */
 	void *user;
-	struct qsm_dev_user du;      /* its device (du.dev), while it has one */
-	struct qsm_list mrs;        /* struct qsm_mr.node: registered through this queue */
-	struct qsm_list mws;        /* struct qsm_mw.node: its memory windows */
+	struct qsm_hlist mrs;       /* struct qsm_mr.node: registered through this queue */
+	struct qsm_hlist mws;       /* struct qsm_mw.node: its memory windows */
 	uint8_t *pdata;             /* [pdata_len], allocated only when there is some: most
 	                               queues send none, and a queue stays small */
 	/* Active queues only: a passive queue never resolves, and its allocation ends here
 	 * (QSM_CONN_PASSIVE_SIZE), its class's area next (qsm_conn_priv). */
-	union qsm_addr dst, src;
+	union qsm_addr dst;
+	union qsm_addr *src;        /* its own allocation, only when the ULP gave one */
 	_Alignas(16) unsigned char priv[];
 };
 QSM_TIMER_AFTER_OBJ(struct qsm_conn);
+QSM_DEV_USER_AFTER_TIMER(struct qsm_conn);
+
+/* Its machine: accept (passive) or cm_id (active); a queue keeps no pointer to it. */
+static inline const struct qsm_sm *qsm_conn_sm(const struct qsm_conn *q)
+{
+	return q->passive ? &qsm_sm_accept : &qsm_sm_cm_id;
+}
 #define QSM_CONN_PASSIVE_SIZE offsetof(struct qsm_conn, dst)
 #define QSM_CONN_PASSIVE_PRIV ((QSM_CONN_PASSIVE_SIZE + 15) & ~(size_t)15)
 
@@ -72,7 +77,7 @@ struct qsm_mr {
 	uint32_t lkey, rkey;
 	uint64_t addr, len;         /* what it covers, and its access: for the door of a bind */
 	int access;
-	struct qsm_list node;
+	struct qsm_hnode node;      /* in q->mrs */
 };
 
 /* A memory window of a queue: released with its MRs (the device goes, the queue closes). */
@@ -80,7 +85,7 @@ struct qsm_mw {
 	struct qsm_conn *q;
 	struct qsm_fmw *fmw;        /* NULL once its device went away */
 	uint32_t rkey;              /* its last bind's */
-	struct qsm_list node;       /* in q->mws */
+	struct qsm_hnode node;      /* in q->mws */
 };
 
 /* api.c: making queues; a passive one for a listener's CONNECT_REQUEST (its id in `it`) */

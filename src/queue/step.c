@@ -16,7 +16,7 @@ static const char *kind_of(const struct qsm_conn *q)
 
 static const char *state_name(const struct qsm_conn *q, int s)
 {
-	return q->sm->state_names[s];
+	return qsm_conn_sm(q)->state_names[s];
 }
 
 /* ---- the QP machine: fed by every modify, async event and error completion ---- */
@@ -218,7 +218,7 @@ QSM_ALWAYS_INLINE int run_action(struct qsm_conn *q, enum qsm_queue_action a,
 		if (r < 0)
 			q->id = NULL;
 		else
-			r = ops->resolve_addr(q->id, q->has_src ? &q->src.sa : NULL, &q->dst.sa,
+			r = ops->resolve_addr(q->id, q->src ? &q->src->sa : NULL, &q->dst.sa,
 					      resolve_ms(q));
 		fail_ev = QSM_EV_ADDR_ERROR;
 		break;
@@ -527,7 +527,7 @@ static void conn_teardown(struct qsm_obj *o)
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 
 	q->dead = true;
-	if (q->sm->facts[q->state].teardown == QSM_TEARDOWN_REJECT && q->id)
+	if (qsm_conn_sm(q)->facts[q->state].teardown == QSM_TEARDOWN_REJECT && q->id)
 		q->ctx->ops->reject(q->id, NULL, 0);
 	conn_close(q);
 	if (!q->obj.refs)
@@ -543,6 +543,8 @@ static void conn_free(struct qsm_obj *o)
 	qsm_fifo_unreserve(q->ctx, QSM_OBJ_EVENTS);
 	qsm_timer_unreserve(q->ctx);
 	free(q->pdata);
+	if (!q->passive)
+		free(q->src);   /* (a passive queue's allocation ends before it) */
 	free(q);
 }
 
@@ -566,7 +568,7 @@ static int conn_state(const struct qsm_obj *o, enum qsm_machine *m)
 {
 	const struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 
-	*m = q->sm->id;
+	*m = qsm_conn_sm(q)->id;
 	return q->dead ? -1 : q->state;
 }
 

@@ -108,7 +108,7 @@ static void run_action(struct qsm_device *d, enum qsm_device_action a, int statu
 		break;
 	case QSM_ACT_NOTIFY_QUEUES:
 		for (struct qsm_list *n = d->users.next; n != &d->users; n = n->next)
-			qsm_post(ctx, qsm_container_of(n, struct qsm_dev_user, node)->obj,
+			qsm_post(ctx, qsm_dev_user_owner(qsm_container_of(n, struct qsm_dev_user, node)),
 				 QSM_EV_DEVICE_REMOVAL, status);
 		break;
 	case QSM_ACT_RELEASE_REGISTRY:

@@ -7,12 +7,22 @@
 #include "core/core.h"
 
 /* What uses a device: a queue holds one (qsm_conn.du).  The registry knows its users only
- * through this: DEVICE_REMOVAL is queued to obj, and the SRQ is the class's (vt). */
+ * through this: DEVICE_REMOVAL is queued to its owner, the object whose timer it follows
+ * (QSM_DEV_USER_AFTER_TIMER where each user is declared; no pointer back, as a timer has
+ * none: a queue stays small). */
 struct qsm_dev_user {
-	struct qsm_obj *obj;
 	struct qsm_device *dev;     /* NULL: none attached */
 	struct qsm_list node;       /* in qsm_device.users */
 };
+
+#define QSM_DEV_USER_AFTER_TIMER(type)                                                   \
+	_Static_assert(offsetof(type, du) == sizeof(struct qsm_obj) + sizeof(struct qsm_timer), \
+		       #type ": its device user right after its timer")
+
+static inline struct qsm_obj *qsm_dev_user_owner(struct qsm_dev_user *u)
+{
+	return qsm_timer_owner((struct qsm_timer *)(void *)((char *)u - sizeof(struct qsm_timer)));
+}
 
 struct qsm_device {
 	struct qsm_obj obj;
