@@ -52,11 +52,11 @@ int main(void)
 					embed_tick(&e, (unsigned)x); /* the host's own work */
 				continue;
 			}
-			embed_dispatch(&e, evs[i].data.ptr, true);
+			embed_dispatch(&e, evs[i].data.ptr, EMBED_WAKE_FD);
 		}
 		for (int i = 0; i < EMBED_CTXS; i++) /* timers due without fd activity */
 			if (qsm_ctx_next_timeout_ms(e.ctx[i]) == 0)
-				embed_dispatch(&e, e.ctx[i], false);
+				embed_dispatch(&e, e.ctx[i], EMBED_WAKE_TIMER);
 	}
 	close(tfd);
 	close(ep);

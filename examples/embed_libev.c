@@ -24,9 +24,9 @@ static void rearm(struct ev_loop *loop, struct side *s, int ms)
 	ev_timer_start(loop, &s->timer);
 }
 
-static void run(struct ev_loop *loop, struct side *s, bool from_fd)
+static void run(struct ev_loop *loop, struct side *s, enum embed_wake wake)
 {
-	rearm(loop, s, embed_dispatch(&e, s->ctx, from_fd));
+	rearm(loop, s, embed_dispatch(&e, s->ctx, wake));
 	if (embed_done(&e))
 		ev_break(loop, EVBREAK_ALL);
 }
@@ -34,13 +34,13 @@ static void run(struct ev_loop *loop, struct side *s, bool from_fd)
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)revents;
-	run(loop, w->data, true);
+	run(loop, w->data, EMBED_WAKE_FD);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)revents;
-	run(loop, w->data, false);
+	run(loop, w->data, EMBED_WAKE_TIMER);
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)

@@ -28,9 +28,9 @@ static void rearm(struct side *s, int ms)
 		loop_err = r;
 }
 
-static void run(struct side *s, bool from_fd)
+static void run(struct side *s, enum embed_wake wake)
 {
-	rearm(s, embed_dispatch(&e, s->ctx, from_fd));
+	rearm(s, embed_dispatch(&e, s->ctx, wake));
 	if (embed_done(&e) || loop_err)
 		uv_stop(s->io.loop);
 }
@@ -40,12 +40,12 @@ static void on_io(uv_poll_t *h, int status, int events)
 	(void)events;
 	if (status < 0 && !loop_err)
 		loop_err = status;
-	run(h->data, true);
+	run(h->data, EMBED_WAKE_FD);
 }
 
 static void on_timer(uv_timer_t *t)
 {
-	run(t->data, false);
+	run(t->data, EMBED_WAKE_TIMER);
 }
 
 static void on_tick(uv_timer_t *t)

@@ -51,17 +51,14 @@ fail:
 	return -1;
 }
 
-int embed_dispatch(struct embed *e, struct qsm_ctx *ctx, bool from_fd)
+int embed_dispatch(struct embed *e, struct qsm_ctx *ctx, enum embed_wake wake)
 {
 	/* bounded: at most EMBED_BUDGET events, then back to the host */
 	int done = qsm_ctx_dispatch(ctx, EMBED_BUDGET);
 
 	if (done > (int)e->max_batch)
 		e->max_batch = (unsigned)done;
-	if (from_fd)
-		e->fd_calls++;
-	else
-		e->timer_calls++;
+	e->calls[wake]++;
 	return qsm_ctx_next_timeout_ms(ctx);
 }
 
@@ -77,9 +74,14 @@ bool embed_done(const struct embed *e)
 
 int embed_finish(struct embed *e)
 {
-	printf("%s: %u/%d queues LIVE after %u host ticks; largest batch %u (budget %d); "
-	       "%u dispatches woken by the fd, %u by a timer\n", e->name, e->live, EMBED_QUEUES, e->ticks,
-	       e->max_batch, EMBED_BUDGET, e->fd_calls, e->timer_calls);
+	static const char *const wakes[EMBED_WAKES] = { "by the fd", "by a timer", "poll rounds" };
+
+	printf("%s: %u/%d queues LIVE after %u host ticks; largest batch %u (budget %d); dispatches:",
+	       e->name, e->live, EMBED_QUEUES, e->ticks, e->max_batch, EMBED_BUDGET);
+	for (int w = 0; w < EMBED_WAKES; w++)
+		if (e->calls[w])
+			printf(" %u %s", e->calls[w], wakes[w]);
+	printf("\n");
 	for (int i = EMBED_CTXS - 1; i >= 0; i--)
 		qsm_ctx_free(e->ctx[i]);
 	qsm_sim_free(e->sim);

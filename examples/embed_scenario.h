@@ -21,20 +21,27 @@
 #define EMBED_MAX_TICKS 500
 #define EMBED_CTXS 2
 
+/* What made the host dispatch a ctx. */
+enum embed_wake {
+	EMBED_WAKE_FD,      /* its fd was readable */
+	EMBED_WAKE_TIMER,   /* the host's timer (or wait) for qsm_ctx_next_timeout_ms() ran out */
+	EMBED_WAKE_POLL,    /* a poller's round: no fd, no timer */
+	EMBED_WAKES
+};
+
 struct embed {
 	const char *name;
 	struct qsm_sim *sim;
 	struct qsm_ctx *ctx[EMBED_CTXS];
 	unsigned live, ticks, max_batch;
-	unsigned fd_calls, timer_calls;   /* dispatches the fd woke, the timers woke */
+	unsigned calls[EMBED_WAKES];      /* dispatches, by what woke them */
 };
 
 /* The sim, both ctxs, the listener and the 64 connects under way.  0, or -1 with a message. */
 int embed_start(struct embed *e, const char *name);
-/* A bounded dispatch of ctx (woken by its fd, or else by its timer); the largest batch is kept.
- * Returns qsm_ctx_next_timeout_ms() after it: the host re-arms its timer for ctx with that
- * (-1: none). */
-int embed_dispatch(struct embed *e, struct qsm_ctx *ctx, bool from_fd);
+/* A bounded dispatch of ctx, woken by `wake`; the largest batch is kept.  Returns
+ * qsm_ctx_next_timeout_ms() after it: the host re-arms its timer for ctx with that (-1: none). */
+int embed_dispatch(struct embed *e, struct qsm_ctx *ctx, enum embed_wake wake);
 /* The host's own work: n ticks of it. */
 void embed_tick(struct embed *e, unsigned n);
 /* Every queue is LIVE, or the host gave up waiting: the loop may end. */

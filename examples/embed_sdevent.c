@@ -36,9 +36,9 @@ static int rearm(struct side *s, int ms)
 }
 
 /* A failure ends the loop with its errno (sd_event_loop()'s return). */
-static int run(struct side *s, bool from_fd)
+static int run(struct side *s, enum embed_wake wake)
 {
-	int r = rearm(s, embed_dispatch(&e, s->ctx, from_fd));
+	int r = rearm(s, embed_dispatch(&e, s->ctx, wake));
 
 	if (r < 0 || embed_done(&e))
 		return sd_event_exit(sd_event_source_get_event(s->io), r < 0 ? r : 0);
@@ -50,14 +50,14 @@ static int on_io(sd_event_source *src, int fd, uint32_t revents, void *userdata)
 	(void)src;
 	(void)fd;
 	(void)revents;
-	return run(userdata, true);
+	return run(userdata, EMBED_WAKE_FD);
 }
 
 static int on_timer(sd_event_source *src, uint64_t usec, void *userdata)
 {
 	(void)src;
 	(void)usec;
-	return run(userdata, false);
+	return run(userdata, EMBED_WAKE_TIMER);
 }
 
 /* The host's own work, every EMBED_TICK_MS from its last expiry. */
