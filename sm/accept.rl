@@ -83,10 +83,13 @@
 		gone                                @release_all                  -> Closed
 	) >~LIVE,
 
-	# Entered from ACCEPTING too: the accept may still fail underneath.
+	# Entered from ACCEPTING too: the accept may still fail underneath, or complete -- the peer's
+	# RTU after the ULP's disconnect, which the CM could not send as a DREQ before ESTABLISHED
+	# (it moved the QP to ERR only): sent now (tests/vm/scenarios/edges.sh found it).
 	Disconnecting: (
 		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Draining |
+		QSM_EV_ESTABLISHED                  @disconnect                   -> Disconnecting |
 		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED )
 		                                    @release_all                  -> Closed |
 		QSM_EV_DISCONNECT                                                 -> Disconnecting |

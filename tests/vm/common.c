@@ -94,6 +94,12 @@ static void print_trace(const struct qsm_trace_record *r, void *arg)
 		r->to ? r->to : "(unexpected: stays)");
 }
 
+void vm_trace_print(const struct qsm_trace_record *r, const char *side)
+{
+	if (trace_out)
+		print_trace(r, (void *)side);
+}
+
 int vm_ctx_new(struct qsm_ctx **ctx, const char *side)
 {
 	struct qsm_fabric *f;

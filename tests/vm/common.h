@@ -35,6 +35,9 @@ bool vm_parse_addr(struct sockaddr_in *addr, const char *ip, const char *port_en
 /* argv[2], if given, is the trace file ("-" = stdout); -1 (after perror) if it cannot be opened. */
 int vm_trace_open(int argc, char **argv);
 
+/* The trace file's line for r (nothing without a trace file): for a test's own trace function. */
+void vm_trace_print(const struct qsm_trace_record *r, const char *side);
+
 /* One ctx on an rdmacm fabric of its own, traced as `side` (a string that outlives it) if a
  * trace file is open; -1 after a "FAIL: ..." line. */
 int vm_ctx_new(struct qsm_ctx **ctx, const char *side);

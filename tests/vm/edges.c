@@ -1,0 +1,383 @@
+/* rdma-qsm VM test: the ULP's calls in every state that can hold them, on the real kernel RDMA
+ * stack (rdmacm fabric), so that each of those edges is taken on the real stack, not only on
+ * the sim (doc/coverage.md).
+ *
+ * A plan is a (side, state, call): the client's active queue or the server's passive queue,
+ * entering that state, makes that call from its enter handler -- qsm_conn_destroy(),
+ * qsm_conn_disconnect(), qsm_conn_connect(), qsm_conn_reject(), or a non-zero return (ABORT).
+ * A call made while the queue enters a state is the next event it takes (a downcall's event is
+ * queued ahead of whatever the fabric brings), so the edge (state, call) is taken whatever the
+ * kernel does meanwhile.  States that the normal connect path does not stop in are reached by a
+ * route: the client or the server disconnecting in LIVE (DISCONNECTING, CLOSING, DRAINING,
+ * RECONNECT_WAIT), a connect to a port nobody listens on with one attempt allowed (REJECTED,
+ * GIVE_UP: FAILED).  The client tells the server its plan in the connect's private data.
+ *
+ * Every plan runs at once, one client queue each.  Checks: every plan's edge in the trace of
+ * its side, every queue of both sides gone in the end (queues_live 0), no event with no edge
+ * on either side (the first runs found one: the RTU after a disconnect in ACCEPTING).  Prints "edges driven T/N" and each edge it did not see.
+ *
+ *   edges [N [TRACE_FILE]]   N is ignored (every plan runs once); TRACE_FILE as the other VM
+ *                            tests.  Env: QSM_VM_ADDR (192.0.2.1), QSM_EDGES_PORT (7475).
+ * Exit 0 only if every check passed.  Needs a soft-RoCE device.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <qsm/qsm.h>
+#include <qsm/rdmacm.h>
+
+#include "common.h"
+
+/* Every queue of both sides gone.  Most plans settle in seconds; a client that destroys its id
+ * in CONNECTING sends a REJ that can overtake its own REQ on loopback, and the passive queue
+ * then sits in ACCEPTING until the kernel's CM gives up on its REP (about 66 s here): the
+ * library's own connect timer never races the CM (doc/machines.md), so that is the wait. */
+#define SETTLE_LIMIT_MS 150000
+#define PEER_GRACE_MS 3000        /* a server plan done: its client is destroyed after this */
+
+enum call { C_DESTROY, C_ABORT, C_DISCONNECT, C_CONNECT, C_REJECT };
+static const int call_event[] = {
+	[C_DESTROY] = QSM_EV_DESTROY, [C_ABORT] = QSM_EV_ABORT, [C_DISCONNECT] = QSM_EV_DISCONNECT,
+	[C_CONNECT] = QSM_EV_CONNECT, [C_REJECT] = QSM_EV_REJECT,
+};
+
+enum route {
+	R_PATH = 0,       /* on the way to LIVE */
+	R_CLIENT_DISC,    /* the client disconnects in LIVE: DISCONNECTING, then CLOSING */
+	R_SERVER_DISC,    /* the server disconnects in LIVE: the client DRAINING, RECONNECT_WAIT */
+	R_NO_LISTENER,    /* a port nobody listens on, one attempt: REJECTED, GIVE_UP, FAILED */
+};
+
+struct plan {
+	bool server;            /* the passive queue makes the call, else the client's */
+	int state;              /* enum qsm_cm_state, or enum qsm_accept_state if server */
+	enum call call;
+	enum route route;
+	/* as it runs */
+	struct qsm_conn *q;     /* the client queue; NULL once it is gone */
+	struct qsm_conn *sq;    /* the server's passive queue for it; NULL once it is gone */
+	bool called;            /* the call was made (its side's handler) */
+	double called_at;
+	bool seen;              /* its edge is in the side's trace */
+};
+
+#define CLIENT(s, c, r) { .server = false, .state = QSM_CM_##s, .call = C_##c, .route = R_##r }
+#define SERVER(s, c, r) { .server = true, .state = QSM_ACCEPT_##s, .call = C_##c, .route = R_##r }
+#define CLIENT3(s, r) CLIENT(s, DESTROY, r), CLIENT(s, ABORT, r), CLIENT(s, DISCONNECT, r)
+#define SERVER3(s, r) SERVER(s, DESTROY, r), SERVER(s, ABORT, r), SERVER(s, DISCONNECT, r)
+
+static struct plan plans[] = {
+	CLIENT3(ADDR_RESOLVING, PATH), CLIENT3(ROUTE_RESOLVING, PATH), CLIENT3(CONNECTING, PATH),
+	CLIENT3(CONNECTED, PATH), CLIENT3(LIVE, PATH),
+	CLIENT3(DISCONNECTING, CLIENT_DISC), CLIENT3(CLOSING, CLIENT_DISC),
+	CLIENT3(DRAINING, SERVER_DISC), CLIENT3(RECONNECT_WAIT, SERVER_DISC),
+	CLIENT(RECONNECT_WAIT, CONNECT, SERVER_DISC),
+	CLIENT3(FAILED, NO_LISTENER), CLIENT(FAILED, CONNECT, NO_LISTENER),
+	SERVER3(REQUESTED, PATH), SERVER(REQUESTED, REJECT, PATH),
+	SERVER3(ACCEPTING, PATH), SERVER3(CONNECTED, PATH), SERVER3(LIVE, PATH),
+	SERVER3(DISCONNECTING, SERVER_DISC), SERVER3(DRAINING, CLIENT_DISC),
+};
+#define NPLANS (sizeof(plans) / sizeof(plans[0]))
+
+/* ---- the trace: which (side, from, event) each side took ---- */
+
+static void seen(const struct qsm_trace_record *r, void *arg)
+{
+	bool server = arg != NULL;
+
+	vm_trace_print(r, server ? "server" : "client");
+	if (!r->to) {
+		/* counted by the ctx; shown, so that the count at the end says which */
+		printf("   unexpected: %s %s#%u %s --%s-->\n", server ? "server" : "client", r->kind, r->id,
+		       r->from, r->event ? r->event : "?");
+		return;
+	}
+	for (unsigned i = 0; i < NPLANS; i++) {
+		struct plan *p = &plans[i];
+		enum qsm_machine m = p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID;
+
+		if (p->server == server && !p->seen && !strcmp(r->kind, server ? "passive" : "conn") &&
+		    !strcmp(r->from, qsm_state_name(m, p->state)) &&
+		    !strcmp(r->event, qsm_event_name(call_event[p->call])))
+			p->seen = true;
+	}
+}
+
+/* ---- both sides' handlers: the plan's call where it says, the route otherwise ---- */
+
+/* The call, made by the queue entering the plan's state: non-zero only for ABORT. */
+static int make_call(struct qsm_conn *q, struct plan *p)
+{
+	int r = 0;
+
+	p->called = true;
+	p->called_at = vm_now();
+	if (p->server && (p->call == C_DESTROY || p->call == C_ABORT))
+		p->sq = NULL;   /* gone with this call */
+	switch (p->call) {
+	case C_DESTROY:
+		r = qsm_conn_destroy(q);
+		break;
+	case C_ABORT:
+		return -1;
+	case C_DISCONNECT:
+		r = qsm_conn_disconnect(q);
+		break;
+	case C_CONNECT:
+		r = qsm_conn_connect(q);
+		break;
+	case C_REJECT:
+		r = qsm_conn_reject(q, NULL, 0);
+		break;
+	}
+	if (r < 0)
+		printf("FAIL: plan %u: the call in %s returned %s\n", (unsigned)(p - plans),
+		       qsm_state_name(p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID, p->state),
+		       strerror(-r));
+	vm_failures += r < 0;
+	return 0;
+}
+
+/* The client's plan: its queue's user pointer. */
+static int c_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct plan *p = qsm_conn_user(q);
+
+	if (!p->server && ev->to == p->state && !p->called) {
+		if (p->call == C_DESTROY || p->call == C_ABORT)
+			p->q = NULL;   /* gone with this call */
+		return make_call(q, p);
+	}
+	switch (ev->to) {
+	case QSM_CM_CONNECTED:
+		return qsm_conn_ready(q) < 0;   /* the base class's, as this slot replaces it */
+	case QSM_CM_LIVE:
+		if (p->route == R_CLIENT_DISC)
+			return qsm_conn_disconnect(q) < 0;
+		/* a plan that reconnected after its call is done: nothing more to see */
+		if (!p->server && p->called) {
+			p->q = NULL;
+			return qsm_conn_destroy(q) < 0;
+		}
+		return 0;
+	case QSM_CM_FAILED:
+		if (!p->server && p->called) {   /* the CONNECT from FAILED failed again */
+			p->q = NULL;
+			return qsm_conn_destroy(q) < 0;
+		}
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* A queue that closed by itself (after its DISCONNECT): gone. */
+static void c_release(struct qsm_conn *q)
+{
+	struct plan *p = qsm_conn_user(q);
+
+	p->q = NULL;
+}
+
+#define C_ENTER { .enter = c_enter }
+
+static const struct qsm_class client_class = {
+	.name = "edges_client",
+	.super = &qsm_base_class,
+	.active = {
+		[QSM_CM_ADDR_RESOLVING] = C_ENTER, [QSM_CM_ROUTE_RESOLVING] = C_ENTER,
+		[QSM_CM_CONNECTING] = C_ENTER, [QSM_CM_CONNECTED] = C_ENTER, [QSM_CM_LIVE] = C_ENTER,
+		[QSM_CM_DISCONNECTING] = C_ENTER, [QSM_CM_DRAINING] = C_ENTER,
+		[QSM_CM_CLOSING] = C_ENTER, [QSM_CM_RECONNECT_WAIT] = C_ENTER,
+		[QSM_CM_FAILED] = C_ENTER,
+	},
+	.release = c_release,
+};
+
+/* A passive queue knows its plan from the request's private data (the plan's index). */
+struct peer {
+	struct plan *p;
+};
+
+static int s_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	struct peer *pe = qsm_conn_priv(q);
+	struct plan *p;
+
+	if (ev->to == QSM_ACCEPT_REQUESTED) {
+		unsigned i = ev->private_data_len >= 1 ? ((const unsigned char *)ev->private_data)[0] : NPLANS;
+
+		pe->p = i < NPLANS ? &plans[i] : NULL;
+		if (pe->p)
+			pe->p->sq = q;
+	}
+	p = pe->p;
+	if (p && p->server && ev->to == p->state && !p->called)
+		return make_call(q, p);
+	switch (ev->to) {
+	case QSM_ACCEPT_REQUESTED:
+		return qsm_conn_accept(q, NULL, 0) < 0;
+	case QSM_ACCEPT_CONNECTED:
+		return qsm_conn_ready(q) < 0;
+	case QSM_ACCEPT_LIVE:
+		return p && p->route == R_SERVER_DISC ? qsm_conn_disconnect(q) < 0 : 0;
+	default:
+		return 0;
+	}
+}
+
+/* A passive queue that closed by itself: gone. */
+static void s_release(struct qsm_conn *q)
+{
+	struct peer *pe = qsm_conn_priv(q);
+
+	if (pe->p && pe->p->sq == q)
+		pe->p->sq = NULL;
+}
+
+#define S_ENTER { .enter = s_enter }
+
+static const struct qsm_class server_class = {
+	.name = "edges_server",
+	.super = &qsm_base_class,
+	.priv_size = sizeof(struct peer),
+	.passive = {
+		[QSM_ACCEPT_REQUESTED] = S_ENTER, [QSM_ACCEPT_ACCEPTING] = S_ENTER,
+		[QSM_ACCEPT_CONNECTED] = S_ENTER, [QSM_ACCEPT_LIVE] = S_ENTER,
+		[QSM_ACCEPT_DISCONNECTING] = S_ENTER, [QSM_ACCEPT_DRAINING] = S_ENTER,
+	},
+	.release = s_release,
+};
+
+static struct qsm_counters counters(struct qsm_ctx *ctx)
+{
+	struct qsm_counters c;
+
+	qsm_ctx_counters(ctx, &c, sizeof(c));
+	return c;
+}
+
+/* Every client queue gone, every passive queue of the server gone. */
+static bool settled(struct qsm_ctx *server, struct qsm_ctx *client)
+{
+	return counters(client).queues_live == 0 && counters(server).queues_live == 0;
+}
+
+/* Every 10 s while not settled: the plans whose queues are still there, and where they are. */
+static void show_pending(void)
+{
+	for (unsigned i = 0; i < NPLANS; i++) {
+		const struct plan *p = &plans[i];
+
+		if (!p->q && !p->sq)
+			continue;
+		printf("   plan %u (%s %s %s, call %s): client %s, server %s\n", i, p->server ? "server" : "client",
+		       qsm_state_name(p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID, p->state),
+		       qsm_event_name(call_event[p->call]), p->called ? "made" : "not made",
+		       p->q ? qsm_conn_state_name(p->q) : "gone", p->sq ? qsm_conn_state_name(p->sq) : "gone");
+	}
+}
+
+/* A server plan whose call was made a while ago: its client has seen what it will see. */
+static void end_clients(void)
+{
+	for (unsigned i = 0; i < NPLANS; i++) {
+		struct plan *p = &plans[i];
+
+		if (p->server && p->q && p->called && vm_now() - p->called_at > PEER_GRACE_MS / 1000.0) {
+			qsm_conn_destroy(p->q);
+			p->q = NULL;
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
+	struct sockaddr_in addr, nobody;
+	struct qsm_ctx *server = NULL, *client = NULL;
+	struct qsm_listener *l = NULL;
+	unsigned taken = 0;
+	struct qsm_counters cs, cc;
+	double t0;
+
+	vm_init_stdio();
+	if (!vm_parse_addr(&addr, ip, "QSM_EDGES_PORT", "7475") ||
+	    !vm_parse_addr(&nobody, ip, "QSM_EDGES_NOBODY_PORT", "7476")) {
+		printf("FAIL: bad address %s\n", ip);
+		return 1;
+	}
+	if (vm_trace_open(argc, argv) < 0 || vm_ctxs_new(&server, &client) < 0)
+		return 1;
+	/* ours, in place of the trace file's: each side's edges */
+	qsm_ctx_set_trace(server, seen, (void *)1);
+	qsm_ctx_set_trace(client, seen, NULL);
+	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr,
+								  .cls = &server_class },
+			    ip, &l) < 0)
+		return 1;
+	vm_pump_for(server, client, 200);   /* LISTENING */
+
+	printf("== %zu plans: a call in a state, on each side\n", NPLANS);
+	for (unsigned i = 0; i < NPLANS; i++) {
+		struct plan *p = &plans[i];
+		unsigned char idx = (unsigned char)i;
+		struct qsm_conn_opts o = {
+			.cls = &client_class, .user = p,
+			.dst = (struct sockaddr *)(p->route == R_NO_LISTENER ? &nobody : &addr),
+			.private_data = &idx, .private_data_len = 1,
+			/* a queue waits in RECONNECT_WAIT until its plan ends it (no retry meanwhile);
+			 * one attempt to nobody: GIVE_UP, FAILED */
+			.policy = { .initial_delay_ms = 600000, .max_delay_ms = 600000,
+				    .max_attempts = p->route == R_NO_LISTENER ? 1 : 0 },
+		};
+
+		if (vm_conn_start(client, &o, i, &p->q) < 0)
+			return 1;
+	}
+
+	t0 = vm_now();
+	for (double shown = t0; !settled(server, client) && (vm_now() - t0) * 1000 < SETTLE_LIMIT_MS;) {
+		vm_pump(server, client);
+		end_clients();
+		if (vm_now() - shown >= 10) {
+			printf("   %.0f s: not settled yet\n", vm_now() - t0);
+			show_pending();
+			shown = vm_now();
+		}
+	}
+	cs = counters(server);
+	cc = counters(client);
+	vm_check(settled(server, client), "every queue of both sides gone in %.1f s (left: client %llu, server %llu)",
+		 vm_now() - t0, (unsigned long long)cc.queues_live, (unsigned long long)cs.queues_live);
+
+	for (unsigned i = 0; i < NPLANS; i++) {
+		const struct plan *p = &plans[i];
+		enum qsm_machine m = p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID;
+
+		taken += p->seen;
+		if (!p->seen)
+			printf("   not taken: %s %s --%s--> (call %s)\n", p->server ? "server accept" : "client cm_id",
+			       qsm_state_name(m, p->state), qsm_event_name(call_event[p->call]),
+			       p->called ? "made" : "never made");
+	}
+	printf("edges driven %u/%zu\n", taken, NPLANS);
+	vm_check(taken == NPLANS, "every plan's edge taken on the real stack (%u of %zu)", taken, NPLANS);
+	vm_check(cs.unexpected == 0 && cc.unexpected == 0, "no event without an edge on either side "
+		 "(server %llu, client %llu)", (unsigned long long)cs.unexpected,
+		 (unsigned long long)cc.unexpected);
+	printf("   client: %llu transitions, %llu aborts, %llu unexpected; server: %llu transitions, "
+	       "%llu aborts, %llu unexpected\n",
+	       (unsigned long long)cc.transitions, (unsigned long long)cc.aborts,
+	       (unsigned long long)cc.unexpected, (unsigned long long)cs.transitions,
+	       (unsigned long long)cs.aborts, (unsigned long long)cs.unexpected);
+
+	qsm_listener_destroy(l);
+	vm_ctxs_free(server, client);
+	printf("%s\n", vm_failures ? "FAIL" : "PASS");
+	return vm_failures ? 1 : 0;
+}
