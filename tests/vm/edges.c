@@ -12,7 +12,13 @@
  * RECONNECT_WAIT), a connect to a port nobody listens on with one attempt allowed (REJECTED,
  * GIVE_UP: FAILED).  The client tells the server its plan in the connect's private data.
  *
- * Every plan runs at once, one client queue each.  Checks: every plan's edge in the trace of
+ * Besides the calls: a send with a key the device does not know, in a state that stays until
+ * its error completion (CONNECTED with no READY, LIVE), takes that state's WC_ERROR edge; and
+ * in phase 2 queues held in a state (CONNECTED with no READY, FAILED, CONNECTING against a
+ * request the server leaves undecided, the server's REQUESTED and CONNECTED) while rxe is
+ * deleted take that state's DEVICE_REMOVAL edge.
+ *
+ * Phase 1's plans run at once, one client queue each.  Checks: every plan's edge in the trace of
  * its side, every queue of both sides gone in the end (queues_live 0), no event with no edge
  * on either side (the first runs found one: the RTU after a disconnect in ACCEPTING).  Prints "edges driven T/N" and each edge it did not see.
  *
@@ -39,10 +45,13 @@
 #define SETTLE_LIMIT_MS 150000
 #define PEER_GRACE_MS 3000        /* a server plan done: its client is destroyed after this */
 
-enum call { C_DESTROY, C_ABORT, C_DISCONNECT, C_CONNECT, C_REJECT };
+/* The calls; then what is not a call: a send the device refuses (its error completion: the
+ * edge is WC_ERROR), and a queue held in its state while the device is removed (DEVICE_REMOVAL). */
+enum call { C_DESTROY, C_ABORT, C_DISCONNECT, C_CONNECT, C_REJECT, C_BAD_SEND, C_HOLD };
 static const int call_event[] = {
 	[C_DESTROY] = QSM_EV_DESTROY, [C_ABORT] = QSM_EV_ABORT, [C_DISCONNECT] = QSM_EV_DISCONNECT,
-	[C_CONNECT] = QSM_EV_CONNECT, [C_REJECT] = QSM_EV_REJECT,
+	[C_CONNECT] = QSM_EV_CONNECT, [C_REJECT] = QSM_EV_REJECT, [C_BAD_SEND] = QSM_EV_WC_ERROR,
+	[C_HOLD] = QSM_EV_DEVICE_REMOVAL,
 };
 
 enum route {
@@ -50,6 +59,7 @@ enum route {
 	R_CLIENT_DISC,    /* the client disconnects in LIVE: DISCONNECTING, then CLOSING */
 	R_SERVER_DISC,    /* the server disconnects in LIVE: the client DRAINING, RECONNECT_WAIT */
 	R_NO_LISTENER,    /* a port nobody listens on, one attempt: REJECTED, GIVE_UP, FAILED */
+	R_HELD,           /* the server holds its request undecided: the client stays CONNECTING */
 };
 
 struct plan {
@@ -80,8 +90,18 @@ static struct plan plans[] = {
 	SERVER3(REQUESTED, PATH), SERVER(REQUESTED, REJECT, PATH),
 	SERVER3(ACCEPTING, PATH), SERVER3(CONNECTED, PATH), SERVER3(LIVE, PATH),
 	SERVER3(DISCONNECTING, SERVER_DISC), SERVER3(DRAINING, CLIENT_DISC),
+	/* a send with a key the device does not know, in a state that stays until its error
+	 * completion (CONNECTED: the handshake never ends, READY is not called) */
+	CLIENT(CONNECTED, BAD_SEND, PATH), CLIENT(LIVE, BAD_SEND, PATH),
+	SERVER(CONNECTED, BAD_SEND, PATH), SERVER(LIVE, BAD_SEND, PATH),
+	/* phase 2: held while rxe is deleted */
+	CLIENT(CONNECTED, HOLD, PATH), CLIENT(FAILED, HOLD, NO_LISTENER), CLIENT(CONNECTING, HOLD, HELD),
+	SERVER(REQUESTED, HOLD, PATH), SERVER(CONNECTED, HOLD, PATH),
 };
 #define NPLANS (sizeof(plans) / sizeof(plans[0]))
+#define PHASE2(p) ((p)->call == C_HOLD || (p)->route == R_HELD)
+
+static char bad_buf[64];
 
 /* ---- the trace: which (side, from, event) each side took ---- */
 
@@ -133,6 +153,15 @@ static int make_call(struct qsm_conn *q, struct plan *p)
 	case C_REJECT:
 		r = qsm_conn_reject(q, NULL, 0);
 		break;
+	case C_BAD_SEND: {
+		struct qsm_sge sge = { .addr = (uintptr_t)bad_buf, .length = sizeof(bad_buf),
+				       .lkey = 0xbad0bad0 };
+
+		r = qsm_conn_post_send(q, 1, &sge, 1, QSM_POST_SIGNALED);
+		break;
+	}
+	case C_HOLD:
+		break;   /* nothing: the state's way on (READY, a decision) is not taken */
 	}
 	if (r < 0)
 		printf("FAIL: plan %u: the call in %s returned %s\n", (unsigned)(p - plans),
@@ -165,7 +194,9 @@ static int c_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 		}
 		return 0;
 	case QSM_CM_FAILED:
-		if (!p->server && p->called) {   /* the CONNECT from FAILED failed again */
+	case QSM_CM_RECONNECT_WAIT:
+		/* the CONNECT from FAILED failed again; a bad send's queue after its drain */
+		if (!p->server && p->called && p->call != C_HOLD) {
 			p->q = NULL;
 			return qsm_conn_destroy(q) < 0;
 		}
@@ -220,6 +251,8 @@ static int s_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 		return make_call(q, p);
 	switch (ev->to) {
 	case QSM_ACCEPT_REQUESTED:
+		if (p && p->route == R_HELD)
+			return 0;   /* undecided (the listener's request_ms is long): its client waits */
 		return qsm_conn_accept(q, NULL, 0) < 0;
 	case QSM_ACCEPT_CONNECTED:
 		return qsm_conn_ready(q) < 0;
@@ -300,14 +333,18 @@ int main(int argc, char **argv)
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
 	struct sockaddr_in addr, nobody;
 	struct qsm_ctx *server = NULL, *client = NULL;
-	struct qsm_listener *l = NULL;
+	struct qsm_listener *l = NULL, *l2 = NULL;
+	const char *dev = vm_env("QSM_VM_DEV", "rxe0");
+	struct sockaddr_in held;
+	int st;
 	unsigned taken = 0;
 	struct qsm_counters cs, cc;
 	double t0;
 
 	vm_init_stdio();
 	if (!vm_parse_addr(&addr, ip, "QSM_EDGES_PORT", "7475") ||
-	    !vm_parse_addr(&nobody, ip, "QSM_EDGES_NOBODY_PORT", "7476")) {
+	    !vm_parse_addr(&nobody, ip, "QSM_EDGES_NOBODY_PORT", "7476") ||
+	    !vm_parse_addr(&held, ip, "QSM_EDGES_HELD_PORT", "7477")) {
 		printf("FAIL: bad address %s\n", ip);
 		return 1;
 	}
@@ -320,9 +357,15 @@ int main(int argc, char **argv)
 								  .cls = &server_class },
 			    ip, &l) < 0)
 		return 1;
+	/* phase 2's: a request may wait undecided as long as the test needs */
+	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&held,
+								  .cls = &server_class,
+								  .timeouts = { .request_ms = 600000 } },
+			    ip, &l2) < 0)
+		return 1;
 	vm_pump_for(server, client, 200);   /* LISTENING */
 
-	printf("== %zu plans: a call in a state, on each side\n", NPLANS);
+	printf("== phase 1: a call in a state, on each side, or a refused send\n");
 	for (unsigned i = 0; i < NPLANS; i++) {
 		struct plan *p = &plans[i];
 		unsigned char idx = (unsigned char)i;
@@ -336,6 +379,8 @@ int main(int argc, char **argv)
 				    .max_attempts = p->route == R_NO_LISTENER ? 1 : 0 },
 		};
 
+		if (PHASE2(p))
+			continue;
 		if (vm_conn_start(client, &o, i, &p->q) < 0)
 			return 1;
 	}
@@ -354,6 +399,49 @@ int main(int argc, char **argv)
 	cc = counters(client);
 	vm_check(settled(server, client), "every queue of both sides gone in %.1f s (left: client %llu, server %llu)",
 		 vm_now() - t0, (unsigned long long)cc.queues_live, (unsigned long long)cs.queues_live);
+
+	printf("== phase 2: queues held in a state while %s is deleted\n", dev);
+	for (unsigned i = 0; i < NPLANS; i++) {
+		struct plan *p = &plans[i];
+		unsigned char idx = (unsigned char)i;
+		struct qsm_conn_opts o = {
+			.cls = &client_class, .user = p,
+			.dst = (struct sockaddr *)(p->route == R_NO_LISTENER ? &nobody : &held),
+			.private_data = &idx, .private_data_len = 1,
+			.policy = { .initial_delay_ms = 600000, .max_delay_ms = 600000,
+				    .max_attempts = p->route == R_NO_LISTENER ? 1 : 0 },
+		};
+
+		if (PHASE2(p) && vm_conn_start(client, &o, i, &p->q) < 0)
+			return 1;
+	}
+	t0 = vm_now();
+	for (bool all = false; !all && (vm_now() - t0) * 1000 < SETTLE_LIMIT_MS;) {
+		vm_pump(server, client);
+		all = true;
+		for (unsigned i = 0; i < NPLANS; i++)
+			all &= !PHASE2(&plans[i]) || plans[i].called;
+	}
+	vm_pump_for(server, client, 500);   /* nothing more comes: every one waits */
+	show_pending();
+	t0 = vm_rdma_link_delete(server, client, dev, 60000, &st);
+	vm_check(t0 >= 0 && vm_exit_code(st) == 0, "rdma link delete %s: %.3f s, exit %d", dev, t0,
+		 vm_exit_code(st));
+	t0 = vm_now();
+	for (bool all = false; !all && vm_now() - t0 < 30;) {
+		vm_pump(server, client);
+		all = true;
+		for (unsigned i = 0; i < NPLANS; i++)
+			all &= !PHASE2(&plans[i]) || plans[i].seen;
+	}
+	for (unsigned i = 0; i < NPLANS; i++)
+		if (plans[i].q) {
+			qsm_conn_destroy(plans[i].q);
+			plans[i].q = NULL;
+		}
+	vm_pump_for(server, client, 200);
+	cs = counters(server);
+	cc = counters(client);
 
 	for (unsigned i = 0; i < NPLANS; i++) {
 		const struct plan *p = &plans[i];
@@ -377,6 +465,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)cs.aborts, (unsigned long long)cs.unexpected);
 
 	qsm_listener_destroy(l);
+	qsm_listener_destroy(l2);
 	vm_ctxs_free(server, client);
 	printf("%s\n", vm_failures ? "FAIL" : "PASS");
 	return vm_failures ? 1 : 0;
