@@ -23,7 +23,7 @@
 	# states qsm_accept_state QSM_ACCEPT_ "Passive queue, born from a listener's CONNECT_REQUEST"
 	# state NEW           -                                  "id handed over by the listener, not yet told"
 	# state REQUESTED     timeout=request_ms,teardown=reject "the request handler decides: accept or reject"
-	# state ACCEPTING     timeout=connect_ms                 "QP created, rdma_accept sent"
+	# state ACCEPTING     timeout=connect_ms,after_cm        "QP created, rdma_accept sent"
 	# state CONNECTED     timeout=handshake_ms               "ESTABLISHED; the ULP's handshake runs"
 	# state LIVE          -                                  "the ULP said READY"
 	# state DISCONNECTING timeout=disconnect_ms              "the ULP asked to disconnect; DREQ sent"

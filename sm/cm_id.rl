@@ -31,7 +31,7 @@
 	# state IDLE            -                       "created, never connected; no cm_id"
 	# state ADDR_RESOLVING  timeout=resolve_ms      "cm_id created, rdma_resolve_addr in flight"
 	# state ROUTE_RESOLVING timeout=resolve_ms      "rdma_resolve_route in flight"
-	# state CONNECTING      timeout=connect_ms      "QP created, rdma_connect sent"
+	# state CONNECTING      timeout=connect_ms,after_cm "QP created, rdma_connect sent"
 	# state CONNECTED       timeout=handshake_ms    "ESTABLISHED; the ULP's handshake runs"
 	# state LIVE            -                       "the ULP said READY: I/O flows"
 	# state DISCONNECTING   timeout=disconnect_ms   "the ULP asked to disconnect; DREQ sent"

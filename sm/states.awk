@@ -10,6 +10,8 @@
 #   # state REMOVING  retiring    "removed: its queues take their DEVICE_REMOVAL edges"
 # The first state is the start state, the last the final one.  Facts, comma-separated or `-`:
 #   timeout=connect_ms  the struct qsm_timeouts field armed on arrival (QSM_STEP_CONNECT)
+#   after_cm            that timer never fires before the fabric's CM ends the attempt by
+#                       itself (its bound, and a quarter more): it never races the CM
 #   drains              the drain marker is posted: new work requests are refused
 #   teardown=reject     a ctx torn down here rejects the pending request (QSM_TEARDOWN_REJECT)
 #   retiring            on its way out: takes no new user
@@ -78,10 +80,10 @@ FNR == 1 {
 				init = init ", .timeout = QSM_STEP_" v
 			} else if (f[i] == "teardown=reject") {
 				init = init ", .teardown = QSM_TEARDOWN_REJECT"
-			} else if (f[i] == "drains" || f[i] == "retiring") {
+			} else if (f[i] == "drains" || f[i] == "retiring" || f[i] == "after_cm") {
 				init = init ", ." f[i] " = true"
 			} else {
-				fail("unknown fact " f[i] " (timeout=x_ms, drains, teardown=reject, retiring, or -)")
+				fail("unknown fact " f[i] " (timeout=x_ms, after_cm, drains, teardown=reject, retiring, or -)")
 			}
 		}
 	}

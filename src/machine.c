@@ -239,6 +239,7 @@ int qsm_machine_state_info(enum qsm_machine m, int state, struct qsm_state_info 
 		.drains = f->drains,
 		.rejects_on_teardown = f->teardown == QSM_TEARDOWN_REJECT,
 		.retiring = f->retiring,
+		.after_cm = f->after_cm,
 	};
 	return 0;
 }

@@ -32,6 +32,8 @@ struct qsm_state_facts {
 	unsigned char timeout;  /* enum qsm_step_timeout */
 	unsigned char teardown; /* enum qsm_teardown */
 	bool retiring;          /* on its way out: takes no new users (a device being removed) */
+	bool after_cm;          /* its timer never fires before the fabric's CM bound, and a
+	                           quarter more: the CM ends the attempt by itself (connect_ms) */
 	bool drains;            /* the drain marker is posted: a new WR would outlive the QP, so
 	                           posts are refused (elsewhere they go wherever the QP exists) */
 };

@@ -65,7 +65,7 @@ int main(void)
 	F(qsm_edge, target); F(qsm_edge, nactions); F(qsm_edge, actions);
 	S(qsm_state_info);
 	F(qsm_state_info, timeout); F(qsm_state_info, drains); F(qsm_state_info, rejects_on_teardown);
-	F(qsm_state_info, retiring); F(qsm_state_info, reserved);
+	F(qsm_state_info, retiring); F(qsm_state_info, after_cm); F(qsm_state_info, reserved);
 	S(qsm_sge);
 	F(qsm_sge, addr); F(qsm_sge, length); F(qsm_sge, lkey);
 	S(qsm_wc);

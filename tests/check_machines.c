@@ -379,24 +379,24 @@ END_TEST
 
 /* What each state does besides its edges, written here by hand (doc/machines.md's per-state
  * facts, qsm_conn_new(3)'s timeouts), never derived from the machine: which step timeout,
- * drains, rejects, retiring. */
+ * drains, rejects, retiring, after the CM's end. */
 struct spec_facts {
 	enum qsm_machine m;
 	int state;
 	const char *timeout;
-	int drains, rejects, retiring;
+	int drains, rejects, retiring, after_cm;
 };
 
 static const struct spec_facts facts_spec[] = {
 	{ QSM_MACHINE_CM_ID, QSM_CM_ADDR_RESOLVING, "resolve_ms", 0, 0, 0 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_ROUTE_RESOLVING, "resolve_ms", 0, 0, 0 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTING, "connect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTING, "connect_ms", 0, 0, 0, 1 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTED, "handshake_ms", 0, 0, 0 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_DRAINING, "drain_ms", 1, 0, 0 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_CLOSING, "drain_ms", 1, 0, 0 },
 	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_REQUESTED, "request_ms", 0, 1, 0 },
-	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_ACCEPTING, "connect_ms", 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_ACCEPTING, "connect_ms", 0, 0, 0, 1 },
 	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_CONNECTED, "handshake_ms", 0, 0, 0 },
 	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
 	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DRAINING, "drain_ms", 1, 0, 0 },
@@ -409,7 +409,7 @@ START_TEST(test_state_facts_match_spec)
 {
 	for (int m = 0; m < QSM_MACHINE_COUNT; m++) {
 		for (int st = 0; st < qsm_machine_state_count(m); st++) {
-			struct spec_facts want = { m, st, NULL, 0, 0, 0 };
+			struct spec_facts want = { m, st, NULL, 0, 0, 0, 0 };
 			struct qsm_state_info got;
 
 			for (size_t i = 0; i < sizeof(facts_spec) / sizeof(facts_spec[0]); i++)
@@ -422,6 +422,7 @@ START_TEST(test_state_facts_match_spec)
 			ck_assert_int_eq(got.drains, want.drains);
 			ck_assert_int_eq(got.rejects_on_teardown, want.rejects);
 			ck_assert_int_eq(got.retiring, want.retiring);
+			ck_assert_int_eq(got.after_cm, want.after_cm);
 		}
 	}
 	ck_assert_int_eq(qsm_machine_state_info(QSM_MACHINE_COUNT, 0, &(struct qsm_state_info){ 0 }), -EINVAL);

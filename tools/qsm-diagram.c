@@ -64,6 +64,8 @@ static int draw(enum qsm_machine m)
 		if (info.timeout) {
 			append(label, sizeof(label), "\\ntimer: ");
 			append(label, sizeof(label), info.timeout);
+			if (info.after_cm)
+				append(label, sizeof(label), ", after the CM's end");
 		}
 		if (info.drains)
 			append(label, sizeof(label), "\\ndrains: posts refused");

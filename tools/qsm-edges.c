@@ -139,6 +139,15 @@ static int machine(enum qsm_machine m)
 	}
 	printf("};\n_Static_assert(%d < 256, \"an edge's number fits a byte\");\n\n", edges);
 
+	/* a state fact the steps need as a constant of the edge (sm.h, after_cm) */
+	printf("#define QSM_AFTER_CM_");
+	upper_name(sm->name);
+	printf("(s) (0");
+	for (int s = 0; s < sm->nstates; s++)
+		if (sm->facts[s].after_cm)
+			printf(" || (s) == %s%s", prefix[m], sm->state_names[s]);
+	printf(")\n");
+
 	/* whether an edge is there (a downcall's -ENOMSG, the registry's fan-out) */
 	printf("static inline bool qsm_edges_%s_has(int state, int event)\n{\n\tQSM_SWITCH_",
 	       sm->name);

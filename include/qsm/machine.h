@@ -87,7 +87,9 @@ struct qsm_state_info {
 	                               refused (elsewhere they may be posted while the QP exists) */
 	int rejects_on_teardown;    /* 1: a ctx torn down here rejects the pending request */
 	int retiring;               /* 1: on its way out, takes no new user (a removed device) */
-	int reserved[4];            /* 0: room for later facts (the library fills it whole) */
+	int after_cm;               /* 1: its timer never fires before the kernel's CM ends the
+	                               attempt by itself (its retries' bound, and a quarter more) */
+	int reserved[3];            /* 0: room for later facts (the library fills it whole) */
 };
 
 /* Fills @info for @state of @m: 0, or -EINVAL for an unknown machine or state, or NULL @info. */

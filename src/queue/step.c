@@ -379,13 +379,14 @@ QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, int P, struct qsm_event_info *i
 }
 
 /*
- * CONNECTING's and ACCEPTING's step timeout (connect_ms) is a last resort: the kernel's CM ends
- * an attempt by itself, after its own retries (REJECTED, UNREACHABLE, CONNECT_ERROR), and a
- * timer that fires first tears down a connection the CM would still complete (a REP or RTU lost
- * in a connect storm is sent again seconds later).  So it never fires before the fabric's CM
- * bound and a quarter more, for the CM's event to get through a loaded host and ctx.
+ * A state whose machine says after_cm (CONNECTING's and ACCEPTING's connect_ms): its timer is a
+ * last resort.  The kernel's CM ends an attempt by itself, after its own retries (REJECTED,
+ * UNREACHABLE, CONNECT_ERROR), and a timer that fires first tears down a connection the CM would
+ * still complete (a REP or RTU lost in a connect storm is sent again seconds later).  So it
+ * never fires before the fabric's CM bound and a quarter more, for the CM's event to get
+ * through a loaded host and ctx.
  */
-static __attribute__((noinline)) uint32_t connect_step_ms(const struct qsm_conn *q, uint32_t ms)
+static __attribute__((noinline)) uint32_t after_cm_ms(const struct qsm_conn *q, uint32_t ms)
 {
 	uint32_t cm = q->id && q->ctx->ops->cm_timeout_ms ? q->ctx->ops->cm_timeout_ms(q->id) : 0;
 
@@ -410,8 +411,9 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, int P, struct qsm_event_info *
 	if (to != from) {
 		if (timeout != QSM_STEP_NONE && q->cfg->step_ms[timeout])
 			qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT,
-				      timeout == QSM_STEP_CONNECT ? connect_step_ms(q, q->cfg->step_ms[timeout])
-								  : q->cfg->step_ms[timeout]);
+				      (P ? QSM_AFTER_CM_ACCEPT(to) : QSM_AFTER_CM_CM_ID(to))
+					      ? after_cm_ms(q, q->cfg->step_ms[timeout])
+					      : q->cfg->step_ms[timeout]);
 		if (q->vt->enter_mask[P] & (1u << to))
 			call(q, q->vt->state[P][to].enter, info, it, from, to);
 	}
