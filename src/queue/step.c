@@ -344,15 +344,19 @@ QSM_ALWAYS_INLINE void qp_event(struct qsm_conn *q, int event)
 		qp_feed(q, event);
 }
 
+static void take_abort(struct qsm_conn *q);
+
 /* No edge for the event here: counted, traced, told to the class; the machine stays. */
 static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 {
 	struct qsm_event_info info = { .event = 0 };
 
+	qsm_step_counted(q->ctx, it->event);
 	qp_event(q, it->event);
 	qsm_step_unexpected(q->ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, q->state),
 			    it->event, it->status);
 	call(q, q->vt->unexpected, &info, it, q->state, q->state);
+	take_abort(q);
 }
 
 /*
@@ -436,6 +440,7 @@ QSM_ALWAYS_INLINE void untold(struct qsm_event_info *info)
 		struct qsm_event_info info_, *const info = &info_; \
 		const int to_ = (to); \
 		untold(info); \
+		qsm_step_counted(q->ctx, event); \
 		qp_event(q, event); \
 		leave(q, P, info, it, from, to_); \
 		do { \
@@ -443,6 +448,7 @@ QSM_ALWAYS_INLINE void untold(struct qsm_event_info *info)
 		} while (0); \
 		qsm_edge_taken(q->ctx, M, from, event); \
 		arrive(q, P, info, it, from, event, to_, timeout, final); \
+		take_abort(q); \
 	}
 
 typedef void queue_edge_fn(struct qsm_conn *q, const struct qsm_item *it);
@@ -468,19 +474,15 @@ static queue_edge_fn *const accept_edges[QSM_EDGE_COUNT_ACCEPT + 1] = {
 	QSM_EDGES_ACCEPT(ACCEPT_ENTRY, QUEUE_ACTION)
 };
 
-static void take_abort(struct qsm_conn *q);
-
-/* One event through the queue's machine: one load from its table of edges, one call; and
- * the ABORT edge after it if a handler refused.  (Every event is below QSM_EV_LIMIT: the
- * counters are indexed by it too.) */
+/* One event through the queue's machine: one load from its table of edges, one call (a jump:
+ * the edge counts the event and takes the ABORT edge after it if a handler refused).  (Every
+ * event is below QSM_EV_LIMIT: the counters are indexed by it too.) */
 QSM_ALWAYS_INLINE void step_item(struct qsm_conn *q, const struct qsm_item *it)
 {
-	qsm_step_counted(q->ctx, it->event);
 	if (q->passive)
 		accept_edges[qsm_edge_index_accept[q->state][it->event]](q, it);
 	else
 		cm_id_edges[qsm_edge_index_cm_id[q->state][it->event]](q, it);
-	take_abort(q);
 }
 
 /* An event that comes from no FIFO slot (an abort, a WC_ERROR the FIFO had no room for). */
