@@ -18,6 +18,11 @@
  * request the server leaves undecided, the server's REQUESTED and CONNECTED) while rxe is
  * deleted take that state's DEVICE_REMOVAL edge.
  *
+ * Some plans make no call: the state is held (no READY, no decision) until the peer disconnects
+ * or the state's own timer fires (handshake_ms, request_ms set short), and main destroys a queue
+ * never connected, a listener never dispatched, and at the end the listeners waiting to listen
+ * again after the removal.
+ *
  * Phase 1's plans run at once, one client queue each.  Checks: every plan's edge in the trace of
  * its side, every queue of both sides gone in the end (queues_live 0), no event with no edge
  * on either side (the first runs found one: the RTU after a disconnect in ACCEPTING).  Prints "edges driven T/N" and each edge it did not see.
@@ -47,11 +52,14 @@
 
 /* The calls; then what is not a call: a send the device refuses (its error completion: the
  * edge is WC_ERROR), and a queue held in its state while the device is removed (DEVICE_REMOVAL). */
-enum call { C_DESTROY, C_ABORT, C_DISCONNECT, C_CONNECT, C_REJECT, C_BAD_SEND, C_HOLD };
+enum call { C_DESTROY, C_ABORT, C_DISCONNECT, C_CONNECT, C_REJECT, C_BAD_SEND, C_HOLD,
+	     C_WAIT_DISCONNECTED, C_WAIT_TIMEOUT };
 static const int call_event[] = {
 	[C_DESTROY] = QSM_EV_DESTROY, [C_ABORT] = QSM_EV_ABORT, [C_DISCONNECT] = QSM_EV_DISCONNECT,
 	[C_CONNECT] = QSM_EV_CONNECT, [C_REJECT] = QSM_EV_REJECT, [C_BAD_SEND] = QSM_EV_WC_ERROR,
 	[C_HOLD] = QSM_EV_DEVICE_REMOVAL,
+	/* no call: the state is held (no READY, no decision) until the peer's DREQ or its timer */
+	[C_WAIT_DISCONNECTED] = QSM_EV_DISCONNECTED, [C_WAIT_TIMEOUT] = QSM_EV_TIMEOUT,
 };
 
 enum route {
@@ -60,11 +68,16 @@ enum route {
 	R_SERVER_DISC,    /* the server disconnects in LIVE: the client DRAINING, RECONNECT_WAIT */
 	R_NO_LISTENER,    /* a port nobody listens on, one attempt: REJECTED, GIVE_UP, FAILED */
 	R_HELD,           /* the server holds its request undecided: the client stays CONNECTING */
+	R_QUICK,          /* to the listener whose request_ms and handshake_ms are short; a
+	                     client's own handshake_ms short */
+	R_IDLE,           /* made, never connected: main destroys it */
 };
 
 struct plan {
 	bool server;            /* the passive queue makes the call, else the client's */
-	int state;              /* enum qsm_cm_state, or enum qsm_accept_state if server */
+	bool listener;          /* the server's listener takes the edge (main's call) */
+	int state;              /* enum qsm_cm_state, qsm_accept_state if server, or
+	                           qsm_listener_state if listener */
 	enum call call;
 	enum route route;
 	/* as it runs */
@@ -94,12 +107,32 @@ static struct plan plans[] = {
 	 * completion (CONNECTED: the handshake never ends, READY is not called) */
 	CLIENT(CONNECTED, BAD_SEND, PATH), CLIENT(LIVE, BAD_SEND, PATH),
 	SERVER(CONNECTED, BAD_SEND, PATH), SERVER(LIVE, BAD_SEND, PATH),
+	/* held until the peer disconnects, or until the state's own timer fires */
+	CLIENT(CONNECTED, WAIT_DISCONNECTED, SERVER_DISC), SERVER(CONNECTED, WAIT_DISCONNECTED, CLIENT_DISC),
+	CLIENT(CONNECTED, WAIT_TIMEOUT, QUICK), SERVER(CONNECTED, WAIT_TIMEOUT, QUICK),
+	SERVER(REQUESTED, WAIT_TIMEOUT, QUICK),
+	/* main's: a queue never connected, a listener never dispatched, and (after phase 2) the
+	 * listeners waiting to listen again */
+	CLIENT(IDLE, DESTROY, IDLE),
+	{ .listener = true, .state = QSM_LISTENER_IDLE, .call = C_DESTROY, .route = R_IDLE },
+	{ .listener = true, .state = QSM_LISTENER_RELISTEN_WAIT, .call = C_DESTROY, .route = R_HELD },
 	/* phase 2: held while rxe is deleted */
 	CLIENT(CONNECTED, HOLD, PATH), CLIENT(FAILED, HOLD, NO_LISTENER), CLIENT(CONNECTING, HOLD, HELD),
 	SERVER(REQUESTED, HOLD, PATH), SERVER(CONNECTED, HOLD, PATH),
 };
 #define NPLANS (sizeof(plans) / sizeof(plans[0]))
 #define PHASE2(p) ((p)->call == C_HOLD || (p)->route == R_HELD)
+#define MAIN_CALL(p) ((p)->listener || (p)->route == R_IDLE)
+
+static enum qsm_machine machine_of(const struct plan *p)
+{
+	return p->listener ? QSM_MACHINE_LISTENER : p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID;
+}
+
+static const char *kind_of(const struct plan *p)
+{
+	return p->listener ? "listener" : p->server ? "passive" : "conn";
+}
 
 static char bad_buf[64];
 
@@ -118,9 +151,9 @@ static void seen(const struct qsm_trace_record *r, void *arg)
 	}
 	for (unsigned i = 0; i < NPLANS; i++) {
 		struct plan *p = &plans[i];
-		enum qsm_machine m = p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID;
+		enum qsm_machine m = machine_of(p);
 
-		if (p->server == server && !p->seen && !strcmp(r->kind, server ? "passive" : "conn") &&
+		if ((p->server || p->listener) == server && !p->seen && !strcmp(r->kind, kind_of(p)) &&
 		    !strcmp(r->from, qsm_state_name(m, p->state)) &&
 		    !strcmp(r->event, qsm_event_name(call_event[p->call])))
 			p->seen = true;
@@ -161,12 +194,13 @@ static int make_call(struct qsm_conn *q, struct plan *p)
 		break;
 	}
 	case C_HOLD:
+	case C_WAIT_DISCONNECTED:
+	case C_WAIT_TIMEOUT:
 		break;   /* nothing: the state's way on (READY, a decision) is not taken */
 	}
 	if (r < 0)
 		printf("FAIL: plan %u: the call in %s returned %s\n", (unsigned)(p - plans),
-		       qsm_state_name(p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID, p->state),
-		       strerror(-r));
+		       qsm_state_name(machine_of(p), p->state), strerror(-r));
 	vm_failures += r < 0;
 	return 0;
 }
@@ -309,7 +343,7 @@ static void show_pending(void)
 		if (!p->q && !p->sq)
 			continue;
 		printf("   plan %u (%s %s %s, call %s): client %s, server %s\n", i, p->server ? "server" : "client",
-		       qsm_state_name(p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID, p->state),
+		       qsm_state_name(machine_of(p), p->state),
 		       qsm_event_name(call_event[p->call]), p->called ? "made" : "not made",
 		       p->q ? qsm_conn_state_name(p->q) : "gone", p->sq ? qsm_conn_state_name(p->sq) : "gone");
 	}
@@ -333,9 +367,9 @@ int main(int argc, char **argv)
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
 	struct sockaddr_in addr, nobody;
 	struct qsm_ctx *server = NULL, *client = NULL;
-	struct qsm_listener *l = NULL, *l2 = NULL;
+	struct qsm_listener *l = NULL, *l2 = NULL, *l3 = NULL, *l4 = NULL;
 	const char *dev = vm_env("QSM_VM_DEV", "rxe0");
-	struct sockaddr_in held;
+	struct sockaddr_in held, quick, idle;
 	int st;
 	unsigned taken = 0;
 	struct qsm_counters cs, cc;
@@ -344,7 +378,9 @@ int main(int argc, char **argv)
 	vm_init_stdio();
 	if (!vm_parse_addr(&addr, ip, "QSM_EDGES_PORT", "7475") ||
 	    !vm_parse_addr(&nobody, ip, "QSM_EDGES_NOBODY_PORT", "7476") ||
-	    !vm_parse_addr(&held, ip, "QSM_EDGES_HELD_PORT", "7477")) {
+	    !vm_parse_addr(&held, ip, "QSM_EDGES_HELD_PORT", "7477") ||
+	    !vm_parse_addr(&quick, ip, "QSM_EDGES_QUICK_PORT", "7478") ||
+	    !vm_parse_addr(&idle, ip, "QSM_EDGES_IDLE_PORT", "7479")) {
 		printf("FAIL: bad address %s\n", ip);
 		return 1;
 	}
@@ -363,6 +399,21 @@ int main(int argc, char **argv)
 								  .timeouts = { .request_ms = 600000 } },
 			    ip, &l2) < 0)
 		return 1;
+	/* the timers of REQUESTED and CONNECTED fire here */
+	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&quick,
+								  .cls = &server_class,
+								  .timeouts = { .request_ms = 500, .handshake_ms = 500 } },
+			    ip, &l3) < 0)
+		return 1;
+	/* one destroyed before it was ever dispatched: IDLE --DESTROY--> */
+	if (vm_listener_new(server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&idle,
+								  .cls = &server_class }, ip, &l4) < 0)
+		return 1;
+	for (unsigned i = 0; i < NPLANS; i++)
+		if (plans[i].listener && plans[i].state == QSM_LISTENER_IDLE) {
+			plans[i].called = true;
+			qsm_listener_destroy(l4);
+		}
 	vm_pump_for(server, client, 200);   /* LISTENING */
 
 	printf("== phase 1: a call in a state, on each side, or a refused send\n");
@@ -371,7 +422,9 @@ int main(int argc, char **argv)
 		unsigned char idx = (unsigned char)i;
 		struct qsm_conn_opts o = {
 			.cls = &client_class, .user = p,
-			.dst = (struct sockaddr *)(p->route == R_NO_LISTENER ? &nobody : &addr),
+			.dst = (struct sockaddr *)(p->route == R_NO_LISTENER ? &nobody
+						   : p->route == R_QUICK && p->server ? &quick : &addr),
+			.timeouts = { .handshake_ms = p->route == R_QUICK && !p->server ? 500 : 0 },
 			.private_data = &idx, .private_data_len = 1,
 			/* a queue waits in RECONNECT_WAIT until its plan ends it (no retry meanwhile);
 			 * one attempt to nobody: GIVE_UP, FAILED */
@@ -379,8 +432,16 @@ int main(int argc, char **argv)
 				    .max_attempts = p->route == R_NO_LISTENER ? 1 : 0 },
 		};
 
-		if (PHASE2(p))
+		if (PHASE2(p) || p->listener)
 			continue;
+		if (p->route == R_IDLE) {   /* made and destroyed, never connected */
+			struct qsm_conn *q;
+
+			vm_check(qsm_conn_new(client, &o, &q) == 0, "plan %u: qsm_conn_new", i);
+			p->called = true;
+			qsm_conn_destroy(q);
+			continue;
+		}
 		if (vm_conn_start(client, &o, i, &p->q) < 0)
 			return 1;
 	}
@@ -412,7 +473,7 @@ int main(int argc, char **argv)
 				    .max_attempts = p->route == R_NO_LISTENER ? 1 : 0 },
 		};
 
-		if (PHASE2(p) && vm_conn_start(client, &o, i, &p->q) < 0)
+		if (PHASE2(p) && !MAIN_CALL(p) && vm_conn_start(client, &o, i, &p->q) < 0)
 			return 1;
 	}
 	t0 = vm_now();
@@ -420,7 +481,7 @@ int main(int argc, char **argv)
 		vm_pump(server, client);
 		all = true;
 		for (unsigned i = 0; i < NPLANS; i++)
-			all &= !PHASE2(&plans[i]) || plans[i].called;
+			all &= !PHASE2(&plans[i]) || MAIN_CALL(&plans[i]) || plans[i].called;
 	}
 	vm_pump_for(server, client, 500);   /* nothing more comes: every one waits */
 	show_pending();
@@ -432,24 +493,31 @@ int main(int argc, char **argv)
 		vm_pump(server, client);
 		all = true;
 		for (unsigned i = 0; i < NPLANS; i++)
-			all &= !PHASE2(&plans[i]) || plans[i].seen;
+			all &= !PHASE2(&plans[i]) || MAIN_CALL(&plans[i]) || plans[i].seen;
 	}
 	for (unsigned i = 0; i < NPLANS; i++)
 		if (plans[i].q) {
 			qsm_conn_destroy(plans[i].q);
 			plans[i].q = NULL;
 		}
+	/* the listeners wait to listen again (RELISTEN_WAIT): destroyed there */
+	for (unsigned i = 0; i < NPLANS; i++)
+		plans[i].called |= plans[i].listener;
+	qsm_listener_destroy(l);
+	qsm_listener_destroy(l2);
+	qsm_listener_destroy(l3);
 	vm_pump_for(server, client, 200);
 	cs = counters(server);
 	cc = counters(client);
 
 	for (unsigned i = 0; i < NPLANS; i++) {
 		const struct plan *p = &plans[i];
-		enum qsm_machine m = p->server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID;
+		enum qsm_machine m = machine_of(p);
 
 		taken += p->seen;
 		if (!p->seen)
-			printf("   not taken: %s %s --%s--> (call %s)\n", p->server ? "server accept" : "client cm_id",
+			printf("   not taken: %s %s %s --%s--> (call %s)\n", p->server || p->listener ? "server" : "client",
+			       qsm_machine_name(m),
 			       qsm_state_name(m, p->state), qsm_event_name(call_event[p->call]),
 			       p->called ? "made" : "never made");
 	}
@@ -464,8 +532,6 @@ int main(int argc, char **argv)
 	       (unsigned long long)cc.unexpected, (unsigned long long)cs.transitions,
 	       (unsigned long long)cs.aborts, (unsigned long long)cs.unexpected);
 
-	qsm_listener_destroy(l);
-	qsm_listener_destroy(l2);
 	vm_ctxs_free(server, client);
 	printf("%s\n", vm_failures ? "FAIL" : "PASS");
 	return vm_failures ? 1 : 0;
