@@ -339,17 +339,18 @@ void step_new_listener(void)
 	step_new_listener_at(chance(20) ? "0.0.0.0" : dev_addr[below(NDEV)], ports[below(3)]);
 }
 
-void step_destroy_listener(void)
+void step_destroy_listener_at(unsigned i)
 {
-	unsigned i;
-	int r;
+	int r = qsm_listener_destroy(listeners[i].l);
 
-	if (!nlisteners)
-		return;
-	i = below(nlisteners);
-	r = qsm_listener_destroy(listeners[i].l);
 	CHECK(r == 0, "qsm_listener_destroy: %d", r);
 	listeners[i] = listeners[--nlisteners];
+}
+
+void step_destroy_listener(void)
+{
+	if (nlisteners)
+		step_destroy_listener_at(below(nlisteners));
 }
 
 struct rec *some_live(bool passive_only)
@@ -380,7 +381,7 @@ struct rec *some_data_rec(void)
 	return r;
 }
 
-const enum qsm_sim_fault armed_faults[] = {
+const enum qsm_sim_fault armed_faults[N_ARMED_FAULTS] = {
 	QSM_SIM_FAULT_ADDR_ERROR, QSM_SIM_FAULT_ROUTE_ERROR, QSM_SIM_FAULT_REJECT,
 	QSM_SIM_FAULT_UNREACHABLE, QSM_SIM_FAULT_CONNECT_ERROR, QSM_SIM_FAULT_NO_TIMEWAIT_EXIT,
 	QSM_SIM_FAULT_DUP_DISCONNECTED, QSM_SIM_FAULT_LATE_ESTABLISHED, QSM_SIM_FAULT_NO_DRAINED,
@@ -388,6 +389,45 @@ const enum qsm_sim_fault armed_faults[] = {
 };
 
 unsigned n_faults, n_removals, n_adds, n_fatals;
+
+/* The sim's faults, one step each (the random steps' and the fuzzer's script's). */
+void step_fault(enum qsm_sim_fault f, unsigned n)
+{
+	CHECK(qsm_sim_inject(sim, f, n) == 0, "inject %d", (int)f);
+	if (f == QSM_SIM_FAULT_ENOMEM) {
+		enomem_injected = true;
+		enomem_settle = n_settles;
+	} else if (f == QSM_SIM_FAULT_HOLD) {
+		hold_epoch++;
+		hold_armed = true;
+	}
+	n_faults++;
+}
+
+void step_device_remove(int d)
+{
+	int ret = qsm_sim_device_remove(sim, dev_name[d]);
+
+	CHECK(ret == 0 || ret == -EALREADY, "device_remove: %d", ret);
+	n_removals += ret == 0;
+}
+
+void step_device_add(int d)
+{
+	int ret = qsm_sim_device_add(sim, dev_name[d], dev_addr[d]);
+
+	CHECK(ret == 0 || ret == -EEXIST || ret == -EBUSY, "device_add: %d", ret);
+	n_adds += ret == 0;
+}
+
+void step_qp_fatal(struct rec *r)
+{
+	int want = qsm_conn_qp_state(r->q) == -ENOENT ? -ENOENT : 0;
+	int got = qsm_sim_qp_fatal(sim, fab[r->c], r->q);
+
+	CHECK(got == want, "qp_fatal in %s: %d, want %d", qsm_conn_state_name(r->q), got, want);
+	n_fatals += got == 0;
+}
 
 /* Everything settled and every held event is out (D3, D5); the buffers of queues gone two
  * settles ago can go: their MRs were deregistered when they closed. */
@@ -503,53 +543,17 @@ void one_step(void)
 	}
 	x -= 90;
 	if (x < 60) {
-		enum qsm_sim_fault f = armed_faults[below(sizeof(armed_faults) / sizeof(armed_faults[0]))];
+		enum qsm_sim_fault f = armed_faults[below(N_ARMED_FAULTS)];
 
-		CHECK(qsm_sim_inject(sim, f, 1 + below(3)) == 0, "inject");
-		if (f == QSM_SIM_FAULT_ENOMEM) {
-			enomem_injected = true;
-			enomem_settle = n_settles;
-		}
-		n_faults++;
+		step_fault(f, 1 + below(3));
 		return;
 	}
 	x -= 60;
-	if (x < 25) {
-		CHECK(qsm_sim_inject(sim, QSM_SIM_FAULT_HOLD, 1 + below(6)) == 0, "hold");
-		hold_epoch++;
-		hold_armed = true;
-		n_faults++;
-		return;
-	}
-	x -= 25;
+	if (x < 25) { step_fault(QSM_SIM_FAULT_HOLD, 1 + below(6)); return; } x -= 25;
 	if (x < 45) { CHECK(sim_release() >= 0, "release"); return; } x -= 45;
-	if (x < 15) {
-		int d = (int)below(NDEV), ret = qsm_sim_device_remove(sim, dev_name[d]);
-
-		CHECK(ret == 0 || ret == -EALREADY, "device_remove: %d", ret);
-		n_removals += ret == 0;
-		return;
-	}
-	x -= 15;
-	if (x < 25) {
-		int d = (int)below(NDEV), ret = qsm_sim_device_add(sim, dev_name[d], dev_addr[d]);
-
-		CHECK(ret == 0 || ret == -EEXIST || ret == -EBUSY, "device_add: %d", ret);
-		n_adds += ret == 0;
-		return;
-	}
-	x -= 25;
-	if (x < 40) {
-		if ((r = some_live(false))) {
-			int want = qsm_conn_qp_state(r->q) == -ENOENT ? -ENOENT : 0;
-			int got = qsm_sim_qp_fatal(sim, fab[r->c], r->q);
-
-			CHECK(got == want, "qp_fatal in %s: %d, want %d", qsm_conn_state_name(r->q), got, want);
-			n_fatals += got == 0;
-		}
-		return;
-	}
-	x -= 40;
+	if (x < 15) { step_device_remove((int)below(NDEV)); return; } x -= 15;
+	if (x < 25) { step_device_add((int)below(NDEV)); return; } x -= 25;
+	if (x < 40) { if ((r = some_live(false))) step_qp_fatal(r); return; } x -= 40;
 	/* the data path */
 	if (x < 30) { if ((r = some_data_rec())) { observe(r); op_recv(r); } return; } x -= 30;
 	if (x < 30) { if ((r = some_data_rec())) { observe(r); op_send(r, chance(20)); } return; } x -= 30;

@@ -510,11 +510,17 @@ uint32_t some_ms(unsigned pct_set, unsigned lo, unsigned hi);
 void step_new_queue(void);
 void step_new_listener_at(const char *ip, uint16_t port);
 void step_new_listener(void);
+void step_destroy_listener_at(unsigned i);
 void step_destroy_listener(void);
 struct rec *some_live(bool passive_only);
 struct rec *some_data_rec(void);
 extern const enum qsm_sim_fault armed_faults[];
+#define N_ARMED_FAULTS 10       /* every fault but HOLD */
 extern unsigned n_faults, n_removals, n_adds, n_fatals;
+void step_fault(enum qsm_sim_fault f, unsigned n);
+void step_device_remove(int d);
+void step_device_add(int d);
+void step_qp_fatal(struct rec *r);
 void check_settled(void);
 void quiesce_check(void);
 void one_step(void);
@@ -524,6 +530,7 @@ void check_all(void);
 uint64_t env_u64(const char *name, uint64_t def);
 void world_new(void);
 void world_end(void);
+void world_free(void);
 
 /* alloc.c (tests/check_model_alloc only): every nth allocation of the library while it
  * dispatches fails (0: none); what it saw and failed. */

@@ -60,7 +60,9 @@ void srq_world_free(void)
 		for (int d = 0; d < NDEV; d++)
 			free(msrq[c][d].rv);
 		free(srq_mem[c]);
+		srq_mem[c] = NULL;
 	}
+	memset(msrq, 0, sizeof(msrq));
 }
 
 /* The pool's registrations the sim holds: one per device in each ctx's registry. */
