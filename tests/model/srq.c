@@ -367,8 +367,10 @@ void srq_completion(struct rec *r, const struct qsm_wc *wc)
 	if (wc->status == QSM_WC_SUCCESS && w->must_fail && wc->opcode != QSM_WR_RECV_RDMA_WITH_IMM)
 		violate("SRQ receive %u with no keys completed with SUCCESS", wi);
 	/* the SRQ is taken in post order, and its QPs' completions share the ctx's queue: one
-	 * before it that no hold could have delayed went with its QP */
-	for (unsigned i = m->scan; i < wi; i++) {
+	 * before it that no hold could have delayed went with its QP -- unless this one comes as
+	 * its queue lets go of its QP (no QP from the first of those on): the runtime takes what
+	 * the fabric still holds for that QP then, ahead of the other QPs' completions */
+	for (unsigned i = m->scan; i < wi && qsm_conn_qp_state(r->q) != -ENOENT; i++) {
 		struct wrec *e = &m->rv[i];
 
 		if (e->st != W_OUT)
