@@ -327,9 +327,12 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		if (ev->event == QSM_EV_CM_UNKNOWN && !ce->id->context) {
 			/* Every id of ours has a context: this is one the kernel made for us (as it does
 			 * for a request) for an event we cannot name.  Nobody owns it: the ctx counts it
-			 * as an orphan, and the id goes, so that nothing is left behind. */
+			 * as an orphan, and the id goes, so that nothing is left behind (acked first:
+			 * the ack frees the event, so its id is read before). */
+			struct rdma_cm_id *made = ce->id;
+
 			rdma_ack_cm_event(ce);
-			rdma_destroy_id(ce->id);
+			rdma_destroy_id(made);
 			return 0;
 		}
 		if (ce->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
