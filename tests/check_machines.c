@@ -388,20 +388,20 @@ struct spec_facts {
 };
 
 static const struct spec_facts facts_spec[] = {
-	{ QSM_MACHINE_CM_ID, QSM_CM_ADDR_RESOLVING, "resolve_ms", 0, 0, 0 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_ROUTE_RESOLVING, "resolve_ms", 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_ADDR_RESOLVING, "resolve_ms", 0, 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_ROUTE_RESOLVING, "resolve_ms", 0, 0, 0, 0 },
 	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTING, "connect_ms", 0, 0, 0, 1 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTED, "handshake_ms", 0, 0, 0 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_DRAINING, "drain_ms", 1, 0, 0 },
-	{ QSM_MACHINE_CM_ID, QSM_CM_CLOSING, "drain_ms", 1, 0, 0 },
-	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_REQUESTED, "request_ms", 0, 1, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CONNECTED, "handshake_ms", 0, 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_DISCONNECTING, "disconnect_ms", 0, 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_DRAINING, "drain_ms", 1, 0, 0, 0 },
+	{ QSM_MACHINE_CM_ID, QSM_CM_CLOSING, "drain_ms", 1, 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_REQUESTED, "request_ms", 0, 1, 0, 0 },
 	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_ACCEPTING, "connect_ms", 0, 0, 0, 1 },
-	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_CONNECTED, "handshake_ms", 0, 0, 0 },
-	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DISCONNECTING, "disconnect_ms", 0, 0, 0 },
-	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DRAINING, "drain_ms", 1, 0, 0 },
-	{ QSM_MACHINE_DEVICE, QSM_DEVICE_REMOVING, NULL, 0, 0, 1 },
-	{ QSM_MACHINE_DEVICE, QSM_DEVICE_CLOSED, NULL, 0, 0, 1 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_CONNECTED, "handshake_ms", 0, 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DISCONNECTING, "disconnect_ms", 0, 0, 0, 0 },
+	{ QSM_MACHINE_ACCEPT, QSM_ACCEPT_DRAINING, "drain_ms", 1, 0, 0, 0 },
+	{ QSM_MACHINE_DEVICE, QSM_DEVICE_REMOVING, NULL, 0, 0, 1, 0 },
+	{ QSM_MACHINE_DEVICE, QSM_DEVICE_CLOSED, NULL, 0, 0, 1, 0 },
 	/* every other state of every machine: no timer, no drain, nothing on teardown */
 };
 
