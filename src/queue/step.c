@@ -9,9 +9,10 @@
 
 static void conn_free(struct qsm_obj *o);
 
-static const char *kind_of(const struct qsm_conn *q)
+/* What the trace calls a queue: its machine's kind (P: the passive machine, accept). */
+static const char *kind_name(bool passive)
 {
-	return q->passive ? "passive" : "conn";
+	return passive ? "passive" : "conn";
 }
 
 static const char *state_name(const struct qsm_conn *q, int s)
@@ -353,7 +354,7 @@ static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 
 	qsm_step_counted(q->ctx, it->event);
 	qp_event(q, it->event);
-	qsm_step_unexpected(q->ctx, kind_of(q), q->vt->cls->name, q->obj.serial, state_name(q, q->state),
+	qsm_step_unexpected(q->ctx, kind_name(q->passive), q->vt->cls->name, q->obj.serial, state_name(q, q->state),
 			    it->event, it->status);
 	call(q, q->vt->unexpected, &info, it, q->state, q->state);
 	take_abort(q);
@@ -403,7 +404,7 @@ QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, int P, struct qsm_event_info *
 {
 	struct qsm_ctx *ctx = q->ctx;
 
-	qsm_step_taken(ctx, P ? "passive" : "conn", q->vt->cls->name, q->obj.serial,
+	qsm_step_taken(ctx, kind_name(P), q->vt->cls->name, q->obj.serial,
 		       state_name(q, from), event, state_name(q, to), it->status);
 	q->state = (uint8_t)to;
 	if (event == QSM_EV_RETRY)
