@@ -15,6 +15,7 @@
 	action qp_to_rts      { QSM_SM_QUEUE_ACT(QSM_ACT_QP_TO_RTS); }
 	action reject         { QSM_SM_QUEUE_ACT(QSM_ACT_REJECT); }
 	action disconnect     { QSM_SM_QUEUE_ACT(QSM_ACT_DISCONNECT); }
+	action notify         { QSM_SM_QUEUE_ACT(QSM_ACT_NOTIFY); }
 	action start_drain    { QSM_SM_QUEUE_ACT(QSM_ACT_START_DRAIN); }
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
@@ -35,8 +36,12 @@
 	# The QP failed: a fatal async event, an error completion (not a flush), or -- on an SRQ --
 	# LAST_WQE, which a QP reports only once it is in ERR.
 	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
-	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE;
-	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE;
+	# Its port went down: close now, not after the RC retry limit.
+	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE | QSM_EV_PORT_ERR;
+	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE |
+	          QSM_EV_PORT_ERR;
+	# What the QP reports that changes nothing once the connection is established.
+	qp_note = QSM_EV_COMM_EST | QSM_EV_SQ_DRAINED | QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR;
 
 	main := (
 	start:
@@ -54,14 +59,23 @@
 		                                                                  -> Accepting |
 		( QSM_EV_REJECT | QSM_EV_TIMEOUT | QSM_EV_DISCONNECT | gone )
 		                                    @reject @release_all          -> Closed |
+		# The peer gave up first (its REQ timed out, or it let go of its id): its REJ.
+		( QSM_EV_REJECTED | QSM_EV_REJECTED_STALE )
+		                                    @release_all                  -> Closed |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed
 	) >~REQUESTED,
 
+	# COMM_EST: the peer's first message came before its RTU (lost, or slow): the QP is
+	# receiving already, so the CM is told to take it as the RTU (rdma_notify) and the
+	# ESTABLISHED it then reports completes the accept, as the kernel's nvmet-rdma does.
 	Accepting: (
 		QSM_EV_ESTABLISHED                                                -> Connected |
-		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED | QSM_EV_TIMEOUT )
+		QSM_EV_COMM_EST                     @notify                       -> Accepting |
+		( QSM_EV_SQ_DRAINED | QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR )     -> Accepting |
+		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED | QSM_EV_REJECTED_STALE |
+		  QSM_EV_TIMEOUT )
 		                                    @release_all                  -> Closed |
-		( QSM_EV_DISCONNECTED | qp_error )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_PORT_ERR )
 		                                    @start_drain                  -> Draining |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
@@ -71,6 +85,7 @@
 	Connected: (
 		QSM_EV_READY                                                      -> Live |
 		( lost | QSM_EV_TIMEOUT )           @start_drain                  -> Draining |
+		qp_note                                                           -> Connected |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
@@ -78,6 +93,7 @@
 
 	Live: (
 		lost                                @start_drain                  -> Draining |
+		qp_note                                                           -> Live |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
@@ -87,10 +103,13 @@
 	# RTU after the ULP's disconnect, which the CM could not send as a DREQ before ESTABLISHED
 	# (it moved the QP to ERR only): sent now (tests/vm/scenarios/edges.sh found it).
 	Disconnecting: (
-		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_TIMEOUT )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_PORT_ERR | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Draining |
 		QSM_EV_ESTABLISHED                  @disconnect                   -> Disconnecting |
-		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED )
+		QSM_EV_COMM_EST                     @notify                       -> Disconnecting |
+		( QSM_EV_SQ_DRAINED | QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR )     -> Disconnecting |
+		( QSM_EV_CONNECT_ERROR | QSM_EV_UNREACHABLE | QSM_EV_REJECTED |
+		  QSM_EV_REJECTED_STALE )
 		                                    @release_all                  -> Closed |
 		QSM_EV_DISCONNECT                                                 -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
@@ -99,7 +118,7 @@
 
 	Draining: (
 		( QSM_EV_DRAINED | QSM_EV_TIMEOUT ) @release_all                  -> Closed |
-		( benign | QSM_EV_DISCONNECT )                                    -> Draining |
+		( benign | qp_note | QSM_EV_DISCONNECT )                          -> Draining |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
 	) >~DRAINING,

@@ -22,6 +22,7 @@
 	action start_drain    { QSM_SM_QUEUE_ACT(QSM_ACT_START_DRAIN); }
 	action release_id     { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ID); }
 	action arm_retry      { QSM_SM_QUEUE_ACT(QSM_ACT_ARM_RETRY); }
+	action arm_fast_retry { QSM_SM_QUEUE_ACT(QSM_ACT_ARM_FAST_RETRY); }
 	action retry_now      { QSM_SM_QUEUE_ACT(QSM_ACT_RETRY_NOW); }
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
@@ -47,8 +48,15 @@
 	# The QP failed: a fatal async event, an error completion (not a flush), or -- on an SRQ --
 	# LAST_WQE, which a QP reports only once it is in ERR.
 	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
-	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE;
-	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE;
+	# Its port went down: fail over now, not after the RC retry limit.
+	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE | QSM_EV_PORT_ERR;
+	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE |
+	          QSM_EV_PORT_ERR;
+	# What the QP reports that changes nothing here: a message before the RTU (the active
+	# side's CM has sent it already), its send queue drained, a path migration.
+	qp_note = QSM_EV_COMM_EST | QSM_EV_SQ_DRAINED | QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR;
+	# Someone waits for a device or a port: try now.
+	came    = QSM_EV_DEVICE_ADDED | QSM_EV_PORT_ACTIVE;
 
 	main := (
 	start:
@@ -77,8 +85,10 @@
 		QSM_EV_ESTABLISHED                  @qp_to_rtr @qp_to_rts @reset_backoff
 		                                                                  -> Connected |
 		( QSM_EV_REJECTED | QSM_EV_UNREACHABLE | QSM_EV_CONNECT_ERROR |
-		  QSM_EV_ADDR_CHANGE | qp_error | QSM_EV_TIMEOUT )
+		  QSM_EV_ADDR_CHANGE | QSM_EV_PORT_ERR | qp_error | QSM_EV_TIMEOUT )
 		                                    @release_id @arm_retry        -> ReconnectWait |
+		QSM_EV_REJECTED_STALE               @release_id @arm_fast_retry   -> ReconnectWait |
+		qp_note                                                           -> Connecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
 	) >~CONNECTING,
@@ -86,6 +96,7 @@
 	Connected: (
 		QSM_EV_READY                                                      -> Live |
 		( lost | QSM_EV_TIMEOUT )           @mark_lost @start_drain       -> Draining |
+		qp_note                                                           -> Connected |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		gone                                @release_all                  -> Closed
@@ -93,22 +104,23 @@
 
 	Live: (
 		lost                                @mark_lost @start_drain       -> Draining |
+		qp_note                                                           -> Live |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		gone                                @release_all                  -> Closed
 	) >~LIVE,
 
 	Disconnecting: (
-		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_TIMEOUT )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_PORT_ERR | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Closing |
-		QSM_EV_DISCONNECT                                                 -> Disconnecting |
+		( QSM_EV_DISCONNECT | qp_note )                                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
 	) >~DISCONNECTING,
 
 	Draining: (
 		( QSM_EV_DRAINED | QSM_EV_TIMEOUT ) @release_id @arm_retry        -> ReconnectWait |
-		benign                                                            -> Draining |
+		( benign | qp_note )                                              -> Draining |
 		QSM_EV_DISCONNECT                                                 -> Closing |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		gone                                @release_all                  -> Closed
@@ -116,7 +128,7 @@
 
 	Closing: (
 		( QSM_EV_DRAINED | QSM_EV_TIMEOUT ) @release_all                  -> Closed |
-		( benign | QSM_EV_DISCONNECT )                                    -> Closing |
+		( benign | qp_note | QSM_EV_DISCONNECT )                          -> Closing |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
 		gone                                @release_all                  -> Closed
 	) >~CLOSING,
@@ -127,7 +139,7 @@
 		( QSM_EV_RETRY | QSM_EV_CONNECT )   @resolve_addr                 -> AddrResolving |
 		QSM_EV_GIVE_UP                                                    -> Failed |
 		QSM_EV_DEVICE_REMOVAL               @release_device               -> ReconnectWait |
-		QSM_EV_DEVICE_ADDED                 @retry_now                    -> ReconnectWait |
+		came                                @retry_now                    -> ReconnectWait |
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
 	) >~RECONNECT_WAIT,
 

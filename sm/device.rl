@@ -21,6 +21,13 @@
 	# state CLOSED   retiring "final: its last queue let go (or the ctx went)"
 	include "state_actions.rl";
 
+	# A port's events that move no queue: counted and traced here (the address a queue used
+	# may have moved with GID_CHANGE; its connection then fails, and it resolves again).
+	# ADDR_CHANGE: the sentinel is bound to the address that moved; the queues on the
+	# device hear it on their own ids.
+	port_note = QSM_EV_GID_CHANGE | QSM_EV_LID_CHANGE | QSM_EV_PKEY_CHANGE |
+	            QSM_EV_CLIENT_REREGISTER | QSM_EV_ADDR_CHANGE;
+
 	main := (
 	start:
 	# In the registry: at least one queue uses it; its sentinel is bound.
@@ -28,13 +35,14 @@
 	InUse: (
 		QSM_EV_DEVICE_REMOVAL  @release_sentinel @notify_queues   -> Removing |
 		QSM_EV_SRQ_LIMIT       @srq_low                           -> InUse |
+		port_note                                                 -> InUse |
 		QSM_EV_DESTROY         @release_registry                  -> Closed
 	) >~IN_USE,
 
 	# Going away: every queue on it takes its DEVICE_REMOVAL edge; the device stays out of
 	# the registry's reach (a new attach makes a new entry) until the last one has let go.
 	Removing: (
-		QSM_EV_SRQ_LIMIT                                          -> Removing |
+		( QSM_EV_SRQ_LIMIT | port_note )                          -> Removing |
 		QSM_EV_DESTROY         @release_registry                  -> Closed
 	) >~REMOVING,
 

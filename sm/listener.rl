@@ -34,14 +34,17 @@
 
 	Listening: (
 		QSM_EV_CONNECT_REQUEST              @spawn_passive                -> Listening |
-		QSM_EV_ADDR_CHANGE                                                -> Listening |
+		# Its address moved (a bond failed over): listen again, as the kernel's nvmet-rdma
+		# does, under the relisten policy when it cannot at once.
+		QSM_EV_ADDR_CHANGE                  @release_listen_id @try_listen -> RelistenWait |
 		QSM_EV_DEVICE_REMOVAL               @release_listen_id @arm_relisten -> RelistenWait |
 		gone                                @release_listener             -> Closed
 	) >~LISTENING,
 
 	# No listening id: a retry timer, or a device coming back, tries again.
 	RelistenWait: (
-		( QSM_EV_RETRY | QSM_EV_DEVICE_ADDED ) @try_listen                -> RelistenWait |
+		( QSM_EV_RETRY | QSM_EV_DEVICE_ADDED | QSM_EV_PORT_ACTIVE )
+		                                    @try_listen                   -> RelistenWait |
 		QSM_EV_LISTEN                                                     -> Listening |
 		gone                                @release_listener             -> Closed
 	) >~RELISTEN_WAIT,

@@ -26,6 +26,8 @@
 	to_reset = QSM_EV_QP_TO_RESET;
 	broken   = QSM_EV_QP_TO_ERR | QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
 	gone     = QSM_EV_DESTROY | QSM_EV_DEVICE_REMOVAL;
+	# automatic path migration: to the alternate path, or the alternate failed to load
+	path_mig = QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR;
 
 	main := (
 	start:
@@ -53,7 +55,7 @@
 	) >~RTR,
 
 	Rts: (
-		( QSM_EV_QP_TO_RTS | QSM_EV_COMM_EST )    -> Rts |
+		( QSM_EV_QP_TO_RTS | QSM_EV_COMM_EST | path_mig ) -> Rts |
 		QSM_EV_QP_TO_SQD                          -> Sqd |
 		QSM_EV_SQ_ERROR                           -> Sqe |
 		to_reset                                  -> Reset |
@@ -62,7 +64,7 @@
 	) >~RTS,
 
 	Sqd: (
-		( QSM_EV_QP_TO_SQD | QSM_EV_SQ_DRAINED )  -> Sqd |
+		( QSM_EV_QP_TO_SQD | QSM_EV_SQ_DRAINED | path_mig ) -> Sqd |
 		QSM_EV_QP_TO_RTS                          -> Rts |
 		to_reset                                  -> Reset |
 		broken                                    -> Err |

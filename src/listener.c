@@ -201,6 +201,7 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 	}
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_LISTENER], &l->obj.node);
 	ctx->device_added = qsm_registry_device_added; /* a removed device may come back */
+	ctx->device_event = qsm_registry_device_event;
 	*ret = l;
 	return 0;
 }

@@ -83,7 +83,8 @@ void qsm_sm_init(void);
 
 /* Each machine names only the actions of the runtime that carries them out. */
 #define QSM_SM_QUEUE_ACT(a) do { \
-		_Static_assert((int)(a) >= QSM_ACT_RESOLVE_ADDR && (int)(a) <= QSM_ACT_RESET_BACKOFF, \
+		_Static_assert(((int)(a) >= QSM_ACT_RESOLVE_ADDR && (int)(a) <= QSM_ACT_RESET_BACKOFF) || \
+			       ((int)(a) >= QSM_ACT_NOTIFY && (int)(a) <= QSM_ACT_ARM_FAST_RETRY), \
 			       #a " is not a queue action"); \
 		QSM_SM_ACT(a); \
 	} while (0)

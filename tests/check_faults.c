@@ -503,13 +503,20 @@ enum fault {
 	F_DEVICE_REMOVAL,           /* the device goes; re-added on recovery */
 	F_DEVICE_ADDED,             /* another device appears */
 	F_QP_FATAL,                 /* qsm_sim_qp_fatal() on the queue */
+	F_REJECT_STALE,             /* armed: a connect is rejected for a stale connection */
+	F_PORT_ERR,                 /* the device's port goes down (qsm_sim_port_event) */
+	F_PORT_ACTIVE,              /* ... and comes back */
+	F_GID_CHANGE,               /* a port's event for the device's registry entry only */
+	F_COMM_EST,                 /* the QP hears a message before the RTU (qsm_sim_qp_event) */
+	F_ADDR_CHANGE,              /* the device's address moved (qsm_sim_addr_change) */
 	F_COUNT
 };
 
 static const char *const fault_names[F_COUNT] = {
 	"none", "ADDR_ERROR", "ROUTE_ERROR", "REJECT", "UNREACHABLE", "CONNECT_ERROR",
 	"NO_TIMEWAIT_EXIT", "DUP_DISCONNECTED", "LATE_ESTABLISHED", "NO_DRAINED", "ENOMEM",
-	"HOLD", "device removal", "device added", "qp_fatal",
+	"HOLD", "device removal", "device added", "qp_fatal", "REJECT_STALE", "PORT_ERR", "PORT_ACTIVE",
+	"GID_CHANGE", "COMM_EST", "ADDR_CHANGE",
 };
 
 static const enum qsm_sim_fault sim_fault[F_COUNT] = {
@@ -520,11 +527,34 @@ static const enum qsm_sim_fault sim_fault[F_COUNT] = {
 	[F_DUP_DISCONNECTED] = QSM_SIM_FAULT_DUP_DISCONNECTED,
 	[F_LATE_ESTABLISHED] = QSM_SIM_FAULT_LATE_ESTABLISHED,
 	[F_NO_DRAINED] = QSM_SIM_FAULT_NO_DRAINED, [F_ENOMEM] = QSM_SIM_FAULT_ENOMEM,
+	[F_REJECT_STALE] = QSM_SIM_FAULT_REJECT_STALE,
 };
 
 static bool is_armed(enum fault f)
 {
-	return f >= F_ADDR_ERROR && f <= F_ENOMEM;
+	return (f >= F_ADDR_ERROR && f <= F_ENOMEM) || f == F_REJECT_STALE;
+}
+
+/* The port's and the QP's events (on the one device, and the queue's QP if it has one):
+ * what the call returns tells whether it reached anything. */
+static void port_or_qp_event(enum fault f, struct qsm_fabric *fab, struct qsm_conn *q, bool has_qp)
+{
+	static const int port_ev[F_COUNT] = {
+		[F_PORT_ERR] = QSM_EV_PORT_ERR, [F_PORT_ACTIVE] = QSM_EV_PORT_ACTIVE,
+		[F_GID_CHANGE] = QSM_EV_GID_CHANGE,
+	};
+
+	if (f == F_COMM_EST)
+		ck_assert_int_eq(qsm_sim_qp_event(sim, fab, q, QSM_EV_COMM_EST), has_qp ? 0 : -ENOENT);
+	else if (f == F_ADDR_CHANGE)
+		ck_assert_int_eq(qsm_sim_addr_change(sim, "sim0"), 0);
+	else
+		ck_assert_int_eq(qsm_sim_port_event(sim, "sim0", port_ev[f]), 0);
+}
+
+static bool port_or_qp_fault(enum fault f)
+{
+	return f >= F_PORT_ERR && f <= F_ADDR_CHANGE;
 }
 
 /*
@@ -1050,6 +1080,71 @@ static const struct row active_rows[] = {
 	EDGE(QP_FATAL, CLOSING, CLOSING, QP_FATAL, CLOSING, 1, CLOSED),
 	NONE_OF(QP_FATAL, RECONNECT_WAIT, QP_FATAL, LIVE),
 	NONE_OF(QP_FATAL, FAILED, QP_FATAL, LIVE),
+
+	/* a stale-connection reject: a fast retry, then the connection is made */
+	EDGE(REJECT_STALE, IDLE, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	EDGE(REJECT_STALE, ADDR_RESOLVING, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	EDGE(REJECT_STALE, ROUTE_RESOLVING, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	NA(REJECT_STALE, CONNECTING, LIVE),
+	EDGE(REJECT_STALE, CONNECTED, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	NA(REJECT_STALE, LIVE, CLOSED),
+	NA(REJECT_STALE, DISCONNECTING, CLOSED),
+	EDGE(REJECT_STALE, DRAINING, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	NA(REJECT_STALE, CLOSING, CLOSED),
+	EDGE(REJECT_STALE, RECONNECT_WAIT, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+	EDGE(REJECT_STALE, FAILED, CONNECTING, REJECTED_STALE, RECONNECT_WAIT, 1, LIVE),
+
+	/* the port goes down: every queue with a QP on it fails over now */
+	NONE_OF(PORT_ERR, IDLE, PORT_ERR, LIVE),
+	NONE_OF(PORT_ERR, ADDR_RESOLVING, PORT_ERR, LIVE),
+	NONE_OF(PORT_ERR, ROUTE_RESOLVING, PORT_ERR, LIVE),
+	EDGE(PORT_ERR, CONNECTING, CONNECTING, PORT_ERR, RECONNECT_WAIT, 1, LIVE),
+	EDGE(PORT_ERR, CONNECTED, CONNECTED, PORT_ERR, DRAINING, 1, LIVE),
+	EDGE(PORT_ERR, LIVE, LIVE, PORT_ERR, DRAINING, 1, LIVE),
+	EDGE(PORT_ERR, DISCONNECTING, DISCONNECTING, PORT_ERR, CLOSING, 1, CLOSED),
+	EDGE(PORT_ERR, DRAINING, DRAINING, PORT_ERR, DRAINING, 1, LIVE),
+	EDGE(PORT_ERR, CLOSING, CLOSING, PORT_ERR, CLOSING, 1, CLOSED),
+	NONE_OF(PORT_ERR, RECONNECT_WAIT, PORT_ERR, LIVE),
+	NONE_OF(PORT_ERR, FAILED, PORT_ERR, LIVE),
+
+	/* a port coming back is news only in the gap, as a device is */
+	NONE_OF(PORT_ACTIVE, IDLE, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, ADDR_RESOLVING, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, ROUTE_RESOLVING, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, CONNECTING, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, CONNECTED, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, LIVE, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, DISCONNECTING, PORT_ACTIVE, CLOSED),
+	NONE_OF(PORT_ACTIVE, DRAINING, PORT_ACTIVE, LIVE),
+	NONE_OF(PORT_ACTIVE, CLOSING, PORT_ACTIVE, CLOSED),
+	EDGE(PORT_ACTIVE, RECONNECT_WAIT, RECONNECT_WAIT, PORT_ACTIVE, RECONNECT_WAIT, 1, LIVE),
+	NONE_OF(PORT_ACTIVE, FAILED, PORT_ACTIVE, LIVE),
+
+	/* the registry's device hears it; no queue does */
+	NONE_OF(GID_CHANGE, IDLE, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, ADDR_RESOLVING, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, ROUTE_RESOLVING, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, CONNECTING, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, CONNECTED, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, LIVE, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, DISCONNECTING, GID_CHANGE, CLOSED),
+	NONE_OF(GID_CHANGE, DRAINING, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, CLOSING, GID_CHANGE, CLOSED),
+	NONE_OF(GID_CHANGE, RECONNECT_WAIT, GID_CHANGE, LIVE),
+	NONE_OF(GID_CHANGE, FAILED, GID_CHANGE, LIVE),
+
+	/* a message before the RTU: the active side's CM sent it already; nothing moves */
+	NONE_OF(COMM_EST, IDLE, COMM_EST, LIVE),
+	NONE_OF(COMM_EST, ADDR_RESOLVING, COMM_EST, LIVE),
+	NONE_OF(COMM_EST, ROUTE_RESOLVING, COMM_EST, LIVE),
+	EDGE(COMM_EST, CONNECTING, CONNECTING, COMM_EST, CONNECTING, 1, LIVE),
+	EDGE(COMM_EST, CONNECTED, CONNECTED, COMM_EST, CONNECTED, 1, LIVE),
+	EDGE(COMM_EST, LIVE, LIVE, COMM_EST, LIVE, 1, LIVE),
+	EDGE(COMM_EST, DISCONNECTING, DISCONNECTING, COMM_EST, DISCONNECTING, 1, CLOSED),
+	EDGE(COMM_EST, DRAINING, DRAINING, COMM_EST, DRAINING, 1, LIVE),
+	EDGE(COMM_EST, CLOSING, CLOSING, COMM_EST, CLOSING, 1, CLOSED),
+	NONE_OF(COMM_EST, RECONNECT_WAIT, COMM_EST, LIVE),
+	NONE_OF(COMM_EST, FAILED, COMM_EST, LIVE),
 };
 #define N_ACTIVE (sizeof(active_rows) / sizeof(active_rows[0]))
 
@@ -1188,6 +1283,9 @@ static void active_case(const struct row *row)
 		harness_settle(&world);
 	} else if (w->fault == F_QP_FATAL) {
 		ck_assert_int_eq(qsm_sim_qp_fatal(sim, cfab, r->q), active_has_qp(w->state) ? 0 : -ENOENT);
+		harness_settle(&world);
+	} else if (port_or_qp_fault(w->fault)) {
+		port_or_qp_event(w->fault, cfab, r->q, active_has_qp(w->state));
 		harness_settle(&world);
 	}
 	srq_after_fault(w, cctx, w->state == QSM_CM_ROUTE_RESOLVING);
@@ -1329,6 +1427,42 @@ static const struct row passive_rows[] = {
 	PEDGE(QP_FATAL, LIVE, LIVE, QP_FATAL, DRAINING, 1, CLOSED),
 	PEDGE(QP_FATAL, DISCONNECTING, DISCONNECTING, QP_FATAL, DRAINING, 1, CLOSED),
 	PEDGE(QP_FATAL, DRAINING, DRAINING, QP_FATAL, DRAINING, 1, CLOSED),
+
+	/* the active side rejects the accept as stale: as any reject of it (the sim's REJECT
+	 * fault is the active side's own, so this one never reaches a passive queue) */
+	PNA(REJECT_STALE, REQUESTED, LIVE),
+
+	/* undecided, no QP: the client's QP is on the port, and its failover lets go of the
+	 * request: the REJ it sends reaches the passive queue first */
+	PEDGE(PORT_ERR, REQUESTED, REQUESTED, REJECTED, CLOSED, 1, CLOSED),
+	PEDGE(PORT_ERR, ACCEPTING, ACCEPTING, PORT_ERR, DRAINING, 1, CLOSED),
+	PEDGE(PORT_ERR, CONNECTED, CONNECTED, PORT_ERR, DRAINING, 1, CLOSED),
+	PEDGE(PORT_ERR, LIVE, LIVE, PORT_ERR, DRAINING, 1, CLOSED),
+	PEDGE(PORT_ERR, DISCONNECTING, DISCONNECTING, PORT_ERR, DRAINING, 1, CLOSED),
+	PEDGE(PORT_ERR, DRAINING, DRAINING, PORT_ERR, DRAINING, 1, CLOSED),
+
+	PNONE_OF(PORT_ACTIVE, REQUESTED, PORT_ACTIVE, LIVE),
+	PNONE_OF(PORT_ACTIVE, ACCEPTING, PORT_ACTIVE, LIVE),
+	PNONE_OF(PORT_ACTIVE, CONNECTED, PORT_ACTIVE, LIVE),
+	PNONE_OF(PORT_ACTIVE, LIVE, PORT_ACTIVE, LIVE),
+	PNONE_OF(PORT_ACTIVE, DISCONNECTING, PORT_ACTIVE, CLOSED),
+	PNONE_OF(PORT_ACTIVE, DRAINING, PORT_ACTIVE, CLOSED),
+
+	PNONE_OF(GID_CHANGE, REQUESTED, GID_CHANGE, LIVE),
+	PNONE_OF(GID_CHANGE, ACCEPTING, GID_CHANGE, LIVE),
+	PNONE_OF(GID_CHANGE, CONNECTED, GID_CHANGE, LIVE),
+	PNONE_OF(GID_CHANGE, LIVE, GID_CHANGE, LIVE),
+	PNONE_OF(GID_CHANGE, DISCONNECTING, GID_CHANGE, CLOSED),
+	PNONE_OF(GID_CHANGE, DRAINING, GID_CHANGE, CLOSED),
+
+	/* a message before the RTU: ACCEPTING tells the CM (rdma_notify), so does DISCONNECTING
+	 * (entered from ACCEPTING, its DREQ waits for ESTABLISHED); elsewhere nothing moves */
+	PNONE_OF(COMM_EST, REQUESTED, COMM_EST, LIVE),
+	PEDGE(COMM_EST, ACCEPTING, ACCEPTING, COMM_EST, ACCEPTING, 1, LIVE),
+	PEDGE(COMM_EST, CONNECTED, CONNECTED, COMM_EST, CONNECTED, 1, LIVE),
+	PEDGE(COMM_EST, LIVE, LIVE, COMM_EST, LIVE, 1, LIVE),
+	PEDGE(COMM_EST, DISCONNECTING, DISCONNECTING, COMM_EST, DISCONNECTING, 1, CLOSED),
+	PEDGE(COMM_EST, DRAINING, DRAINING, COMM_EST, DRAINING, 1, CLOSED),
 };
 #define N_PASSIVE (sizeof(passive_rows) / sizeof(passive_rows[0]))
 
@@ -1423,6 +1557,9 @@ static void passive_case(const struct row *row)
 		ck_assert_int_eq(qsm_sim_qp_fatal(sim, sfab, s->q),
 				 w->state == QSM_ACCEPT_REQUESTED ? -ENOENT : 0);
 		harness_settle(&world);
+	} else if (port_or_qp_fault(w->fault)) {
+		port_or_qp_event(w->fault, sfab, s->q, w->state != QSM_ACCEPT_REQUESTED);
+		harness_settle(&world);
 	}
 	srq_after_fault(w, sctx, w->state == QSM_ACCEPT_REQUESTED);
 
@@ -1497,6 +1634,14 @@ static const struct row listener_rows[] = {
 	LEDGE(CONNECT_ERROR, IDLE, LISTENING, CONNECT_REQUEST, LISTENING, 2, LISTENING),
 	LEDGE(CONNECT_ERROR, LISTENING, LISTENING, CONNECT_REQUEST, LISTENING, 2, LISTENING),
 	LNA(CONNECT_ERROR, RELISTEN_WAIT, LISTENING),
+	/* its address moved: it listens again at once (LISTEN from RELISTEN_WAIT) */
+	LEDGE(ADDR_CHANGE, IDLE, LISTENING, ADDR_CHANGE, RELISTEN_WAIT, 1, LISTENING),
+	LEDGE(ADDR_CHANGE, LISTENING, LISTENING, ADDR_CHANGE, RELISTEN_WAIT, 1, LISTENING),
+	LNA(ADDR_CHANGE, RELISTEN_WAIT, LISTENING),   /* no device: -ENODEV */
+	/* a port that comes back: a listener waiting for its device tries at once */
+	LNONE_OF(PORT_ACTIVE, IDLE, PORT_ACTIVE, LISTENING),
+	LNONE_OF(PORT_ACTIVE, LISTENING, PORT_ACTIVE, LISTENING),
+	LNA(PORT_ACTIVE, RELISTEN_WAIT, LISTENING),   /* no device: -ENODEV */
 };
 #define N_LISTENER (sizeof(listener_rows) / sizeof(listener_rows[0]))
 
@@ -1538,6 +1683,13 @@ START_TEST(test_listener_takes_the_documented_edge_for_every_fault_in_every_stat
 			ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 		}
 		harness_run_for(&world, HORIZON_MS);
+		break;
+	case F_ADDR_CHANGE:
+	case F_PORT_ACTIVE:
+		ck_assert_int_eq(w->fault == F_ADDR_CHANGE ? qsm_sim_addr_change(sim, "sim0") :
+				 qsm_sim_port_event(sim, "sim0", QSM_EV_PORT_ACTIVE),
+				 w->state == QSM_LISTENER_RELISTEN_WAIT ? -ENODEV : 0);
+		harness_settle(&world);
 		break;
 	case F_HOLD:
 	case F_CONNECT_ERROR:
@@ -1810,6 +1962,81 @@ START_TEST(test_device_added_is_counted_once_per_dispatch)
 }
 END_TEST
 
+/* Stale-connection rejects: three retries 10 ms apart, not counted as attempts; a fourth in a
+ * row waits out the policy's backoff.  The client's policy starts at 10 s here. */
+static struct rec *stale_client(unsigned rejects)
+{
+	struct qsm_conn *q;
+	struct rec *r;
+	struct qsm_conn_opts o = {
+		.cls = cli_cls, .dst = (struct sockaddr *)&addr,
+		.policy = { .initial_delay_ms = 10000, .max_delay_ms = 10000, .max_attempts = 2 },
+	};
+
+	listen_server();
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	r = rec_new(q, false);
+	ck_assert_int_eq(qsm_sim_inject(sim, QSM_SIM_FAULT_REJECT_STALE, rejects), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	harness_run_for(&world, 200);
+	return r;
+}
+
+START_TEST(test_stale_rejects_retry_fast_three_times_then_back_off)
+{
+	struct rec *c = stale_client(3);
+
+	/* 3 fast retries (30 ms), not attempts: max_attempts 2 did not give up */
+	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_LIVE);
+	ck_assert_uint_eq(COUNT(cctx, stale_retries), 3);
+	ck_assert_uint_eq(COUNT(cctx, reconnects), 3);
+	disarm_all();
+	finish();
+}
+END_TEST
+
+START_TEST(test_a_fourth_stale_reject_in_a_row_waits_for_the_backoff)
+{
+	struct rec *c = stale_client(4);
+
+	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_uint_eq(COUNT(cctx, stale_retries), 3);
+	harness_run_for(&world, 10000);   /* the backoff: its one attempt connects */
+	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_LIVE);
+	ck_assert_uint_eq(COUNT(cctx, stale_retries), 3);
+	disarm_all();
+	finish();
+}
+END_TEST
+
+/* A port's event other than PORT_ERR and PORT_ACTIVE goes to the device's registry entry,
+ * whose machine counts and traces it; no queue hears it, none is lost. */
+START_TEST(test_gid_change_is_the_device_entrys_edge)
+{
+	struct rec *c;
+	struct qsm_counters k;
+
+	listen_server();
+	c = new_client(0);
+	ck_assert_int_eq(qsm_conn_connect(c->q), 0);
+	harness_settle(&world);
+	ck_assert_int_eq(qsm_sim_port_event(sim, "sim0", QSM_EV_GID_CHANGE), 0);
+	ck_assert_int_eq(qsm_sim_port_event(sim, "sim0", QSM_EV_CLIENT_REREGISTER), 0);
+	harness_settle(&world);
+	ck_assert_int_eq(qsm_ctx_counters(cctx, &k, sizeof(k)), 0);
+	ck_assert_uint_eq(k.events[QSM_EV_GID_CHANGE], 1);   /* the client's registry entry */
+	ck_assert_uint_eq(k.events[QSM_EV_CLIENT_REREGISTER], 1);
+	ck_assert_uint_eq(k.unexpected, 0);
+	ck_assert_int_eq(count_edges(c, 0, ANY, QSM_EV_GID_CHANGE, ANY), 0);
+	ck_assert_int_eq(qsm_conn_state(c->q), QSM_CM_LIVE);
+	ck_assert_int_eq(qsm_sim_port_event(sim, "sim0", QSM_EV_QP_FATAL), -EINVAL);
+	ck_assert_int_eq(qsm_sim_qp_event(sim, cfab, c->q, QSM_EV_PORT_ERR), -EINVAL);
+	check_accounting(cctx, &ctally, "client");
+	check_accounting(sctx, &stally, "server");
+	finish();
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("faults");
@@ -1850,6 +2077,9 @@ static Suite *faults_suite(void)
 	tcase_add_test(r, test_nonzero_return_on_the_edge_into_closed_is_accounted);
 	tcase_add_test(r, test_event_before_its_connect_request_is_counted_as_an_orphan);
 	tcase_add_test(r, test_device_added_is_counted_once_per_dispatch);
+	tcase_add_test(r, test_stale_rejects_retry_fast_three_times_then_back_off);
+	tcase_add_test(r, test_a_fourth_stale_reject_in_a_row_waits_for_the_backoff);
+	tcase_add_test(r, test_gid_change_is_the_device_entrys_edge);
 	suite_add_tcase(s, r);
 	return s;
 }

@@ -63,6 +63,19 @@ START_TEST(test_out_of_range_cm_event_maps_to_cm_unknown)
 }
 END_TEST
 
+/* A stale-connection reject is its own event on IB and RoCE, whose status is the IB CM's
+ * reason (IBTA table 112: 10); on iWARP the status is an errno, and 10 means nothing. */
+START_TEST(test_stale_connection_reject_is_rejected_stale_on_ib_only)
+{
+	ck_assert_int_eq(qsm_cm_rejected(10, 0), QSM_EV_REJECTED_STALE);
+	ck_assert_int_eq(qsm_cm_rejected(10, 1), QSM_EV_REJECTED);
+	ck_assert_int_eq(qsm_cm_rejected(28, 0), QSM_EV_REJECTED);   /* consumer defined */
+	ck_assert_int_eq(qsm_cm_rejected(8, 0), QSM_EV_REJECTED);    /* invalid service id */
+	ck_assert_int_eq(qsm_cm_rejected(-ECONNREFUSED, 1), QSM_EV_REJECTED);
+	ck_assert_str_eq(qsm_event_name(QSM_EV_REJECTED_STALE), "REJECTED_STALE");
+}
+END_TEST
+
 /* ---- the pending queue: every WR that was posted completes exactly once ---- */
 
 static char ID_A, ID_B, DEV;
@@ -670,6 +683,7 @@ static Suite *rdmacm_suite(void)
 
 	tcase_add_test(t, test_every_known_cm_event_maps_to_the_qsm_event_of_its_name);
 	tcase_add_test(t, test_out_of_range_cm_event_maps_to_cm_unknown);
+	tcase_add_test(t, test_stale_connection_reject_is_rejected_stale_on_ib_only);
 	suite_add_tcase(s, t);
 	t = tcase_create("pending");
 	tcase_add_test(t, test_completions_of_posted_wrs_survive_allocation_failures);

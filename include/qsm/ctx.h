@@ -202,6 +202,8 @@ struct qsm_counters {
 	uint64_t exhausted;              /* reconnect attempts that failed for lack of a resource
 	                                    (see max_exhausted) */
 	uint64_t srqs_live;              /* shared receive queues the registry's devices hold */
+	uint64_t stale_retries;          /* fast retries after a stale-connection reject
+	                                    (REJECTED_STALE), not counted as attempts */
 };
 
 struct qsm_trace_record {

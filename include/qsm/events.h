@@ -32,6 +32,9 @@ enum qsm_event {
 	QSM_EV_MULTICAST_ERROR = 14,
 	QSM_EV_ADDR_CHANGE = 15,
 	QSM_EV_TIMEWAIT_EXIT = 16,
+	/* REJECTED for a stale connection (the IB CM's reject reason 10): the peer's CM still
+	 * holds an earlier connection of this QP number, in timewait; a new attempt soon clears */
+	QSM_EV_REJECTED_STALE = 30,
 	QSM_EV_CM_UNKNOWN = 31,
 
 	/* downcalls: the ULP asked for something */
@@ -63,10 +66,24 @@ enum qsm_event {
 	QSM_EV_QP_TO_RTS = 75,
 	QSM_EV_QP_TO_SQD = 76,
 	QSM_EV_QP_TO_ERR = 77,
+	/* automatic path migration (IBV_EVENT_PATH_MIG, _ERR): the QP moved to its alternate path,
+	 * or the alternate could not be loaded; the connection stays */
+	QSM_EV_PATH_MIG = 78,
+	QSM_EV_PATH_MIG_ERR = 79,
 
 	/* device monitor (DEVICE_REMOVAL above is also delivered in the gap).  DEVICE_ADDED goes
 	 * only to active queues in RECONNECT_WAIT and listeners in RELISTEN_WAIT, any device. */
 	QSM_EV_DEVICE_ADDED = 80,
+	/* a port's async events (status: the port number).  PORT_ERR goes to every queue with a
+	 * QP on that port: the port's queues fail over now rather than after the RC retry limit.
+	 * PORT_ACTIVE goes, like DEVICE_ADDED, to whoever waits (RECONNECT_WAIT, RELISTEN_WAIT).
+	 * The others go to the device's registry entry, which counts and traces them. */
+	QSM_EV_PORT_ERR = 81,
+	QSM_EV_PORT_ACTIVE = 82,
+	QSM_EV_GID_CHANGE = 83,
+	QSM_EV_LID_CHANGE = 84,
+	QSM_EV_PKEY_CHANGE = 85,
+	QSM_EV_CLIENT_REREGISTER = 86,
 
 	/* handler outcome: a handler returned non-zero */
 	QSM_EV_ABORT = 96,

@@ -45,6 +45,11 @@ enum qsm_queue_action {
 	QSM_ACT_ACCEPT,             /* rdma_accept with the ULP's private data */
 	QSM_ACT_REJECT,             /* rdma_reject with the ULP's reason */
 	QSM_ACT_RESET_BACKOFF,      /* a fresh reconnect policy: attempts and delay from zero */
+	/* added after the listener's and the device's actions were numbered (numbers never move) */
+	QSM_ACT_NOTIFY = 28,        /* rdma_notify(COMM_EST): a message before the RTU completes
+	                               the accept (QP: COMM_EST) */
+	QSM_ACT_ARM_FAST_RETRY = 29, /* a stale-connection reject: retry after 10 ms, up to 3 in a
+	                               row; then the policy's backoff, as ARM_RETRY */
 };
 enum qsm_listener_action {
 	QSM_ACT_SPAWN_PASSIVE = QSM_ACT_RESET_BACKOFF + 1, /* make a passive queue for the request */
@@ -59,7 +64,7 @@ enum qsm_device_action {
 	QSM_ACT_RELEASE_REGISTRY,   /* its pools' registrations, SRQs, sentinel, device reference */
 	QSM_ACT_SRQ_LOW,            /* the SRQ that fired: its class's srq_low, the limit armed again */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 1)
+#define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 3)   /* through QSM_ACT_ARM_FAST_RETRY */
 
 /* At most this many actions on one edge (the build refuses a .rl edge with more).  Part of
  * the ABI through struct qsm_edge, which qsm_machine_next() fills: it changes only with

@@ -111,6 +111,7 @@ struct qsm_fabric;
 
 #define QSM_SIM_REJ_TIMEOUT 1             /* IB_CM_REJ_TIMEOUT */
 #define QSM_SIM_REJ_INVALID_SERVICE_ID 8  /* IB_CM_REJ_INVALID_SERVICE_ID */
+#define QSM_SIM_REJ_STALE_CONN 10         /* IB_CM_REJ_STALE_CONN: reported as REJECTED_STALE */
 #define QSM_SIM_REJ_CONSUMER 28           /* IB_CM_REJ_CONSUMER_DEFINED */
 
 /*
@@ -221,8 +222,10 @@ enum qsm_sim_fault {
 	                                    step's error event (ids of listeners and device
 	                                    registries take the fault too) */
 	QSM_SIM_FAULT_HOLD,              /* the next n events posted are held back until qsm_sim_release() */
+	QSM_SIM_FAULT_REJECT_STALE,      /* a connect -> REJECTED_STALE (QSM_SIM_REJ_STALE_CONN): the
+	                                    peer's CM still holds an earlier connection of the QP */
 };
-#define QSM_SIM_FAULT_COUNT (QSM_SIM_FAULT_HOLD + 1)
+#define QSM_SIM_FAULT_COUNT (QSM_SIM_FAULT_REJECT_STALE + 1)
 
 /* Arm a fault.  Returns 0; -EINVAL for NULL sim or an unknown fault. */
 int qsm_sim_inject(struct qsm_sim *sim, enum qsm_sim_fault f, unsigned count);
@@ -245,6 +248,31 @@ int qsm_sim_release(struct qsm_sim *sim);
  * id has a QP.
  */
 int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner);
+
+/*
+ * Another asynchronous event of that same QP: QSM_EV_COMM_EST (a message before the RTU),
+ * QSM_EV_SQ_DRAINED, QSM_EV_PATH_MIG or QSM_EV_PATH_MIG_ERR; the QP's state does not change.
+ * Returns 0; -EINVAL for another event or as above; -ENOENT if no such id has a QP.
+ */
+int qsm_sim_qp_event(struct qsm_sim *sim, struct qsm_fabric *f, void *owner, int event);
+
+/*
+ * A port's asynchronous event on device `name` (its one port, 1): QSM_EV_PORT_ERR goes to
+ * every QP on the device, of every fabric; QSM_EV_PORT_ACTIVE, QSM_EV_GID_CHANGE,
+ * QSM_EV_LID_CHANGE, QSM_EV_PKEY_CHANGE and QSM_EV_CLIENT_REREGISTER to every fabric for the
+ * device (status 1, the port), as the rdmacm fabric reports them.  Nothing else changes: a
+ * QP stays as it was (on the wire, a port that is down fails its sends later).
+ * Returns 0; -EINVAL for NULL or another event; -ENOENT: no such device; -ENODEV: removed.
+ */
+int qsm_sim_port_event(struct qsm_sim *sim, const char *name, int event);
+
+/*
+ * The address of device `name` moved (a bond failed over to another port): every id on
+ * the device, of every fabric -- listening, bound (the registry's sentinels) or connected
+ * -- gets QSM_EV_ADDR_CHANGE, as rdma_cm reports it.  Nothing else changes.
+ * Returns 0; -EINVAL for NULL; -ENOENT: no such device; -ENODEV: removed.
+ */
+int qsm_sim_addr_change(struct qsm_sim *sim, const char *name);
 
 /*
  * The state of that same QP, as the hardware would report it: QSM_QP_INIT after

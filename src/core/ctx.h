@@ -154,10 +154,13 @@ struct qsm_ctx {
 	 * a hash set of cfgs_cap chains (a power of two; NULL while there is none) */
 	struct qsm_conn_cfg **cfgs;
 	uint32_t ncfgs, cfgs_cap;
-	/* Set by the layers above the loop, which the loop calls only through these:
-	 * DEVICE_ADDED that no object owns (the registry's fan-out), and what the layers
-	 * free with the ctx (class tables, pools), before the fabric goes. */
-	void (*device_added)(struct qsm_ctx *ctx);
+	/* Set by the layers above the loop, which the loop calls only through these: a
+	 * device's event that no object owns -- DEVICE_ADDED and PORT_ACTIVE to whoever waits
+	 * (the registry's fan-out), the others to the device's registry entry (-ENOENT: it has
+	 * none) -- and what the layers free with the ctx (class tables, pools), before the
+	 * fabric goes. */
+	void (*device_added)(struct qsm_ctx *ctx, int event);
+	int (*device_event)(struct qsm_ctx *ctx, struct qsm_fdev *d, int event, int status);
 	void (*on_free[4])(struct qsm_ctx *ctx);
 	struct qsm_counters counters;
 	/* The private data of the fabric event being dispatched straight from the fabric (not

@@ -270,14 +270,19 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 		target = ev.owner;
 
 	if (!target) {
-		if (ev.event == QSM_EV_DEVICE_ADDED) {
+		if (ev.event == QSM_EV_DEVICE_ADDED || ev.event == QSM_EV_PORT_ACTIVE) {
 			/* Everyone who waits for a device hears about it: the registry knows who.
 			 * Counted in events[] as each fan-out item is dispatched, not here. */
 			if (ctx->device_added)
-				ctx->device_added(ctx);
+				ctx->device_added(ctx, ev.event);
 			return 0;
 		}
-		/* An id nobody owns: only a request whose listener is gone can be that. */
+		/* a port's event for the device's registry entry, if a queue uses the device */
+		if (ev.device && ctx->device_event &&
+		    ctx->device_event(ctx, ev.device, ev.event, ev.status) == 0)
+			return 0;
+		/* An event nobody owns: a request whose listener is gone (rejected), or a port's
+		 * event of a device no queue uses. */
 		ctx->counters.orphans++;
 		qsm_trace(ctx, "fabric", NULL, 0, "-", ev.event, NULL, ev.status);
 		refuse_request(ctx, &ev);

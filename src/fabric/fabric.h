@@ -271,6 +271,11 @@ struct qsm_fabric_ops {
 	 * ms; 0: its CM never stalls.  The runtime's CONNECTING and ACCEPTING timeouts never fire
 	 * before it: a library timer that races the CM tears down connections it would complete. */
 	uint32_t (*cm_timeout_ms)(struct qsm_fid *id);
+	/* The QP of a passive id saw COMM_EST (a message came before the RTU): tell the CM to
+	 * take it as the RTU, so that ESTABLISHED follows (rdma_notify).  0, or -errno: the CM
+	 * had established already (the RTU won the race), or cannot; nothing else happens
+	 * then.  NULL: a CM that needs no telling (the sim's never loses an RTU). */
+	int (*notify)(struct qsm_fid *id);
 
 	/* The device an id is on (after ADDR_RESOLVED, or bind to a device address), or NULL. */
 	struct qsm_fdev *(*id_device)(struct qsm_fid *id);

@@ -69,6 +69,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	qsm_list_init(&q->du.node);
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
 	ctx->device_added = qsm_registry_device_added; /* a queue in the gap waits for one */
+	ctx->device_event = qsm_registry_device_event;
 	ctx->counters.queues_live++;
 	return q;
 }

@@ -186,8 +186,26 @@ void qsm_conn_arm_retry(struct qsm_conn *q, int status)
 	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, p, &q->next_delay_ms));
 }
 
+/*
+ * A stale-connection reject: the peer's CM still holds an earlier connection of our QP
+ * number, and the next attempt (a new QP) is usually accepted.  So retry after
+ * QSM_STALE_RETRY_MS, QSM_STALE_RETRIES times in a row, not counted as attempts (as SPDK's
+ * host does); after that the policy's backoff, as any failed attempt.
+ */
+void qsm_conn_arm_fast_retry(struct qsm_conn *q, int status)
+{
+	if (q->stale_rejects >= QSM_STALE_RETRIES) {
+		qsm_conn_arm_retry(q, status);
+		return;
+	}
+	q->stale_rejects++;
+	q->ctx->counters.stale_retries++;
+	qsm_timer_arm(q->ctx, &q->timer, QSM_EV_RETRY, QSM_STALE_RETRY_MS);
+}
+
 void qsm_conn_reset_backoff(struct qsm_conn *q)
 {
+	q->stale_rejects = 0;
 	q->attempts = 0;
 	q->exhausted = 0;
 	q->next_delay_ms = 0;

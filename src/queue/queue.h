@@ -39,8 +39,9 @@ struct qsm_conn {
 	bool passive;
 	bool dead;                  /* destroyed or aborted: no callback ever again */
 	bool abort_pending;
-	bool decided;               /* passive: accept or reject was called */
-	bool wc_error_queued;       /* this QP's first error completion had its WC_ERROR */
+	bool decided : 1;           /* passive: accept or reject was called */
+	bool wc_error_queued : 1;   /* this QP's first error completion had its WC_ERROR */
+	uint8_t stale_rejects : 2;  /* fast retries after stale-connection rejects, in a row */
 	uint8_t pdata_len;          /* connect / accept / reject private data */
 	uint32_t attempts;
 	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
@@ -100,6 +101,10 @@ int qsm_conn_set_pdata(struct qsm_conn *q, const void *pdata, size_t len);
 
 /* policy.c: the reconnect policy and its backoff (a listener's relisten uses it too) */
 void qsm_conn_arm_retry(struct qsm_conn *q, int status);
+/* After a stale-connection reject: 10 ms, 3 times in a row; then qsm_conn_arm_retry. */
+#define QSM_STALE_RETRY_MS 10
+#define QSM_STALE_RETRIES 3
+void qsm_conn_arm_fast_retry(struct qsm_conn *q, int status);
 void qsm_conn_reset_backoff(struct qsm_conn *q);
 struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p);
 /* The shared block for these timeouts (checked) and this policy (NULL: none, a passive

@@ -289,6 +289,15 @@ QSM_ALWAYS_INLINE int run_action(struct qsm_conn *q, enum qsm_queue_action a,
 	case QSM_ACT_ARM_RETRY:
 		qsm_conn_arm_retry(q, it->status);
 		break;
+	case QSM_ACT_ARM_FAST_RETRY:
+		qsm_conn_arm_fast_retry(q, it->status);
+		break;
+	case QSM_ACT_NOTIFY:
+		/* An error is the RTU winning the race (the CM established meanwhile): its
+		 * ESTABLISHED is on its way, and nothing is left to do. */
+		if (ops->notify)
+			(void)ops->notify(q->id);
+		break;
 	case QSM_ACT_RETRY_NOW:
 		q->next_delay_ms = 0;
 		qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, 0);
@@ -337,8 +346,9 @@ static void conn_close(struct qsm_conn *q)
  * to the QP machine before the queue's machine hears of it.  In an edge's function the event
  * is a constant, and the test is gone from every edge but these. */
 #define QP_BIT(e) (1u << (QSM_EV_##e - QSM_EV_QP_FATAL))
-#define QP_EVENTS (QP_BIT(QP_FATAL) | QP_BIT(WC_ERROR) | QP_BIT(DRAINED) | QP_BIT(LAST_WQE))
-_Static_assert(QSM_EV_LAST_WQE - QSM_EV_QP_FATAL < 32, "the QP's events fit one word");
+#define QP_EVENTS (QP_BIT(QP_FATAL) | QP_BIT(WC_ERROR) | QP_BIT(DRAINED) | QP_BIT(LAST_WQE) | \
+		   QP_BIT(COMM_EST) | QP_BIT(SQ_DRAINED) | QP_BIT(PATH_MIG) | QP_BIT(PATH_MIG_ERR))
+_Static_assert(QSM_EV_PATH_MIG_ERR - QSM_EV_QP_FATAL < 32, "the QP's events fit one word");
 QSM_ALWAYS_INLINE void qp_event(struct qsm_conn *q, int event)
 {
 	if ((unsigned)(event - QSM_EV_QP_FATAL) < 32 && (QP_EVENTS >> (event - QSM_EV_QP_FATAL)) & 1)

@@ -21,7 +21,8 @@ static int device_state(const struct qsm_obj *o, enum qsm_machine *m)
 	return qsm_container_of(o, struct qsm_device, obj)->state;
 }
 
-/* (Its machine has no DEVICE_ADDED edge: a device is a registry entry, not a waiter.) */
+/* (Its machine has no DEVICE_ADDED edge: a device is a registry entry, not a waiter.  A
+ * port's events other than PORT_ERR and PORT_ACTIVE come to it: qsm_registry_device_event.) */
 static const struct qsm_obj_ops device_ops = {
 	.dispatch = device_dispatch,
 	.teardown = device_teardown,
@@ -147,7 +148,7 @@ static void step(struct qsm_device *d, int event, int status, struct qsm_fsrq *s
 {
 	struct qsm_ctx *ctx = d->ctx;
 
-	/* the sentinel is only bound: anything else (ADDR_CHANGE, CM_UNKNOWN) has no edge */
+	/* the sentinel is only bound: anything else (CM_UNKNOWN) has no edge */
 	QSM_SWITCH_DEVICE(d->state, event, DEVICE_EDGE, DEVICE_ACTION,
 			  qsm_step_unexpected(ctx, "device", ctx->ops->device_name(d->fdev),
 					      d->obj.serial, state_name(d->state), event, status))
@@ -210,7 +211,7 @@ static void device_teardown(struct qsm_obj *o)
 
 /* Who hears DEVICE_ADDED: whoever's machine has an edge for it where it is now, queues
  * before listeners (the order of enum qsm_obj_kind after its first kind), each once. */
-void qsm_registry_device_added(struct qsm_ctx *ctx)
+void qsm_registry_device_added(struct qsm_ctx *ctx, int event)
 {
 	static const enum qsm_obj_kind order[] = { QSM_OBJ_CONN, QSM_OBJ_LISTENER };
 
@@ -222,8 +223,24 @@ void qsm_registry_device_added(struct qsm_ctx *ctx)
 			enum qsm_machine m;
 			int st = o->ops->state ? o->ops->state(o, &m) : -1;
 
-			if (st >= 0 && qsm_edges_has(m, st, QSM_EV_DEVICE_ADDED))
-				qsm_post(ctx, o, QSM_EV_DEVICE_ADDED, 0);
+			if (st >= 0 && qsm_edges_has(m, st, event))
+				qsm_post(ctx, o, event, 0);
 		}
 	}
+}
+
+int qsm_registry_device_event(struct qsm_ctx *ctx, struct qsm_fdev *fdev, int event, int status)
+{
+	struct qsm_list *head = &ctx->objs[QSM_OBJ_DEVICE];
+
+	/* its live entry, or the one retiring (REMOVING counts them too) */
+	for (struct qsm_list *n = head->next; n != head; n = n->next) {
+		struct qsm_device *d = qsm_container_of(n, struct qsm_device, obj.node);
+
+		if (d->fdev == fdev && !d->obj.closed) {
+			qsm_post(ctx, &d->obj, event, status);
+			return 0;
+		}
+	}
+	return -ENOENT;
 }

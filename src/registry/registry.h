@@ -71,7 +71,10 @@ static inline bool qsm_device_usable(const struct qsm_device *d)
  * it is new); detach lets go (the last user's detach closes the device). */
 int qsm_device_attach(struct qsm_ctx *ctx, struct qsm_dev_user *u, struct qsm_fdev *fdev);
 void qsm_device_detach(struct qsm_dev_user *u);
-void qsm_registry_device_added(struct qsm_ctx *ctx);
+/* DEVICE_ADDED or PORT_ACTIVE: to every object whose machine has an edge for it where it is. */
+void qsm_registry_device_added(struct qsm_ctx *ctx, int event);
+/* A port's event for the registry's entry of d: 0, or -ENOENT when no queue uses d. */
+int qsm_registry_device_event(struct qsm_ctx *ctx, struct qsm_fdev *d, int event, int status);
 
 /* pool.c: what ibv_reg_mr refuses whatever the device; pools on each device */
 bool qsm_mr_args_valid(const void *addr, size_t len, int access);

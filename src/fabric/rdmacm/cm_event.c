@@ -29,3 +29,10 @@ int qsm_cm_event_map(int raw)
 	default: return QSM_EV_CM_UNKNOWN;
 	}
 }
+
+#define CM_REJ_STALE_CONN 10
+
+int qsm_cm_rejected(int status, int iwarp)
+{
+	return !iwarp && status == CM_REJ_STALE_CONN ? QSM_EV_REJECTED_STALE : QSM_EV_REJECTED;
+}

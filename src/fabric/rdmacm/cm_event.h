@@ -5,5 +5,8 @@
 
 /* The QSM_EV_* of an rdma_cm event type. */
 int qsm_cm_event_map(int raw);
+/* REJECTED, or REJECTED_STALE when the IB CM's reason (status, IB and RoCE: iwarp false)
+ * is a stale connection (IBTA table 112, reason 10).  iWARP's status is an errno. */
+int qsm_cm_rejected(int status, int iwarp);
 
 #endif

@@ -457,6 +457,15 @@ static void route_qp_fatal(struct ibv_qp *qp)
 		pending_push(id->fab, QSM_EV_QP_FATAL, -EIO, id, NULL, false);
 }
 
+/* A QP's event that moves nothing but its machines (COMM_EST, SQ_DRAINED, PATH_MIG, _ERR). */
+static void route_qp_event(struct ibv_qp *qp, int event)
+{
+	struct qsm_fid *id = qp->qp_context;
+
+	if (id)
+		pending_push(id->fab, event, 0, id, NULL, false);
+}
+
 /* SRQ_LIMIT for the SRQ's owner; from whichever fabric read the async event. */
 static void srq_limit(struct qsm_fsrq *s)
 {
@@ -473,11 +482,39 @@ static void route_last_wqe(struct ibv_qp *qp)
 }
 
 /* Every fabric's device on the context: each expands it to its own QPs (in get_event). */
-static void push_device_fatal(struct qsm_list *vnode)
+static void push_device_fatal(struct qsm_list *vnode, const void *arg)
 {
 	struct qsm_fdev *d = qsm_container_of(vnode, struct qsm_fdev, vnode);
 
+	(void)arg;
 	pending_push(d->fab, QSM_EV_QP_FATAL, -EIO, NULL, d, true);
+}
+
+/* A port's event, to every fabric's device on the context (status: the port).  PORT_ERR is
+ * expanded to the QPs on that port in get_event; the others go to the ctx as they are. */
+struct port_event {
+	int event, port;
+};
+
+static void push_port_event(struct qsm_list *vnode, const void *arg)
+{
+	struct qsm_fdev *d = qsm_container_of(vnode, struct qsm_fdev, vnode);
+	const struct port_event *pe = arg;
+
+	pending_push(d->fab, pe->event, pe->port, NULL, d, pe->event == QSM_EV_PORT_ERR);
+}
+
+static int port_event_of(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_PORT_ERR: return QSM_EV_PORT_ERR;
+	case IBV_EVENT_PORT_ACTIVE: return QSM_EV_PORT_ACTIVE;
+	case IBV_EVENT_GID_CHANGE: return QSM_EV_GID_CHANGE;
+	case IBV_EVENT_LID_CHANGE: return QSM_EV_LID_CHANGE;
+	case IBV_EVENT_PKEY_CHANGE: return QSM_EV_PKEY_CHANGE;
+	case IBV_EVENT_CLIENT_REREGISTER: return QSM_EV_CLIENT_REREGISTER;
+	default: return 0;
+	}
 }
 
 void qsm_rc_harvest_async(struct rc_fabric *f)
@@ -497,6 +534,28 @@ void qsm_rc_harvest_async(struct rc_fabric *f)
 			case IBV_EVENT_QP_ACCESS_ERR:
 				route_qp_fatal(ae.element.qp);
 				break;
+			case IBV_EVENT_COMM_EST:
+				route_qp_event(ae.element.qp, QSM_EV_COMM_EST);
+				break;
+			case IBV_EVENT_SQ_DRAINED:
+				route_qp_event(ae.element.qp, QSM_EV_SQ_DRAINED);
+				break;
+			case IBV_EVENT_PATH_MIG:
+				route_qp_event(ae.element.qp, QSM_EV_PATH_MIG);
+				break;
+			case IBV_EVENT_PATH_MIG_ERR:
+				route_qp_event(ae.element.qp, QSM_EV_PATH_MIG_ERR);
+				break;
+			case IBV_EVENT_PORT_ERR:
+			case IBV_EVENT_PORT_ACTIVE:
+			case IBV_EVENT_GID_CHANGE:
+			case IBV_EVENT_LID_CHANGE:
+			case IBV_EVENT_PKEY_CHANGE:
+			case IBV_EVENT_CLIENT_REREGISTER:
+				qsm_rc_vctx_each_link(d->verbs, push_port_event,
+						      &(struct port_event){ port_event_of(ae.event_type),
+									    ae.element.port_num });
+				break;
 			case IBV_EVENT_QP_LAST_WQE_REACHED:
 				route_last_wqe(ae.element.qp);
 				break;
@@ -509,7 +568,7 @@ void qsm_rc_harvest_async(struct rc_fabric *f)
 				/* a CQ of the pool that overflowed: its QPs' completions are
 				 * lost, and which QPs were on it matters little; as fatal as
 				 * the device */
-				qsm_rc_vctx_each_link(d->verbs, push_device_fatal);
+				qsm_rc_vctx_each_link(d->verbs, push_device_fatal, NULL);
 				break;
 			default:
 				d->async_other++;

@@ -229,6 +229,15 @@ static uint32_t iba_ms(unsigned t)
 	return 1u << (t > 8 ? (t > 31 ? 23 : t - 8) : 0);
 }
 
+int qsm_rc_notify(struct qsm_fid *id)
+{
+	if (!id)
+		return -EINVAL;
+	if (rdma_notify(id->cm, IBV_EVENT_COMM_EST) < 0)
+		return errno_or(EINVAL);
+	return 0;
+}
+
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id)
 {
 	unsigned plt = CM_IBOE_PACKET_LIFETIME;
@@ -323,6 +332,9 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
 		ev->event = qsm_cm_event_map((int)ce->event);
 		ev->status = ev->event == QSM_EV_CM_UNKNOWN ? (int)ce->event : ce->status;
+		if (ev->event == QSM_EV_REJECTED)
+			ev->event = qsm_cm_rejected(ce->status, ce->id->verbs &&
+						ce->id->verbs->device->transport_type == IBV_TRANSPORT_IWARP);
 		fill_pdata(ev, ce);
 		if (ev->event == QSM_EV_CM_UNKNOWN && !ce->id->context) {
 			/* Every id of ours has a context: this is one the kernel made for us (as it does

@@ -116,6 +116,13 @@ static void take_device_sources(struct rc_fabric *f)
 	qsm_rc_harvest_async(f);
 }
 
+/* A QP's async event that moves nothing but its machines' state. */
+static bool qp_note(int event)
+{
+	return event == QSM_EV_COMM_EST || event == QSM_EV_SQ_DRAINED || event == QSM_EV_PATH_MIG ||
+	       event == QSM_EV_PATH_MIG_ERR || event == QSM_EV_PORT_ERR;
+}
+
 /* The events other threads' fabrics may push (QP_FATAL of a shared context, DEVICE_ADDED). */
 static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 {
@@ -123,13 +130,18 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 
 	while ((p = qsm_pending_pop(&f->pq))) {
 		if (p->device_wide) {
-			/* expanded here, in the fabric's own thread, where its QP list is safe */
+			/* expanded here, in the fabric's own thread, where its QP list is safe:
+			 * QP_FATAL to every QP of the device, PORT_ERR to those on its port */
 			for (int b = 0; b < QP_BUCKETS; b++) {
 				struct qsm_list *pos, *tmp;
 
-				qsm_list_each(pos, tmp, &p->dev->qps[b])
-					pending_push(f, p->event, p->status,
-						     qsm_container_of(pos, struct qsm_fid, qp_node), NULL, false);
+				qsm_list_each(pos, tmp, &p->dev->qps[b]) {
+					struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, qp_node);
+
+					if (p->event == QSM_EV_PORT_ERR && id->cm->port_num != p->status)
+						continue;
+					pending_push(f, p->event, p->status, id, NULL, false);
+				}
 			}
 			qsm_pending_release(p);
 			continue;
@@ -142,6 +154,12 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			p->id->fatal_sent = true;
 			p->id->qp_err = true;
 			qsm_rc_wq_flush_heads(p->id);
+		}
+		if (p->id && qp_note(p->event) && !qsm_rc_fid_has_qp(p->id)) {
+			/* a QP's async event (COMM_EST, PORT_ERR ...) that its QP did not outlive */
+			f->async_stale++;
+			qsm_pending_release(p);
+			continue;
 		}
 		if (p->id && p->event == QSM_EV_LAST_WQE) {
 			if (!qsm_rc_fid_has_qp(p->id) || p->id->last_wqe) {
@@ -275,6 +293,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.destroy_qp = qsm_rc_destroy_qp,
 	.flush_qp = qsm_rc_flush_qp,
 	.cm_timeout_ms = qsm_rc_cm_timeout_ms,
+	.notify = qsm_rc_notify,
 	.connect = qsm_rc_connect,
 	.accept = qsm_rc_accept,
 	.reject = qsm_rc_reject,

@@ -190,7 +190,8 @@ void qsm_rc_vctx_unlink(struct qsm_list *vnode)
 	pthread_mutex_unlock(&vctx_lock);
 }
 
-void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list *vnode))
+void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list *vnode, const void *arg),
+			   const void *arg)
 {
 	struct vctx *v;
 	struct qsm_list *pos, *tmp;
@@ -199,6 +200,6 @@ void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list
 	v = vctx_find(verbs);
 	if (v)
 		qsm_list_each(pos, tmp, &v->fdevs)
-			fn(pos);
+			fn(pos, arg);
 	pthread_mutex_unlock(&vctx_lock);
 }

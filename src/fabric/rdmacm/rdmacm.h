@@ -216,6 +216,7 @@ struct rc_fabric {
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
+	uint64_t async_stale;             /* a QP's async event that came after its QP went */
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
 	uint64_t wc_order;                /* WRs a provider skipped (completed a later one first) */
 	/* the CQ pools: CQs created, freed (those of them freed by the idle trim: cq_idle_freed; the
@@ -311,7 +312,8 @@ void qsm_rc_vctx_removed(struct ibv_context *verbs);
 void qsm_rc_vctx_link(struct vctx *v, struct qsm_list *vnode);
 void qsm_rc_vctx_unlink(struct qsm_list *vnode);
 /* fn(vnode) for every device linked to the context of `verbs`, under the lock. */
-void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list *vnode));
+void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list *vnode, const void *arg),
+			   const void *arg);
 
 /* ---- devices.c: devices, their PD and CQ, async events, the device list ---- */
 
@@ -358,6 +360,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
 void qsm_rc_destroy_qp(struct qsm_fid *id);
 int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
+int qsm_rc_notify(struct qsm_fid *id);
 int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);

@@ -252,6 +252,82 @@ static int qp_id(struct qsm_sim *sim, struct qsm_fabric *base, void *owner, stru
 	return -ENOENT;
 }
 
+int qsm_sim_qp_event(struct qsm_sim *sim, struct qsm_fabric *f, void *owner, int event)
+{
+	struct sim_id *id;
+	int r;
+
+	if (event != QSM_EV_COMM_EST && event != QSM_EV_SQ_DRAINED && event != QSM_EV_PATH_MIG &&
+	    event != QSM_EV_PATH_MIG_ERR)
+		return -EINVAL;
+	if ((r = qp_id(sim, f, owner, &id)) < 0)
+		return r;
+	sim_post_simple(id, event, 0);
+	return 0;
+}
+
+/* A device of the world that is up: 0 and *ret; -EINVAL, -ENOENT, or -ENODEV (removed). */
+static int up_device(struct qsm_sim *sim, const char *name, struct sim_device **ret)
+{
+	if (!sim || !name)
+		return -EINVAL;
+	*ret = sim_device_by_name(sim, name);
+	if (!*ret)
+		return -ENOENT;
+	return device_up(*ret) ? 0 : -ENODEV;
+}
+
+int qsm_sim_port_event(struct qsm_sim *sim, const char *name, int event)
+{
+	struct sim_device *d;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
+
+	int r;
+
+	if (event < QSM_EV_PORT_ERR || event > QSM_EV_CLIENT_REREGISTER)
+		return -EINVAL;
+	if ((r = up_device(sim, name, &d)) < 0)
+		return r;
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
+
+		if (event != QSM_EV_PORT_ERR) {
+			sim_post(&(struct post){ .fab = f, .dev = d, .event = event, .status = 1 });
+			continue;
+		}
+		/* to every QP on the device's (one) port, as the rdmacm fabric expands it */
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
+
+			if (id->dev == d && id->qp != SIM_QP_NONE)
+				sim_post_simple(id, QSM_EV_PORT_ERR, 1);
+		}
+	}
+	return 0;
+}
+
+int qsm_sim_addr_change(struct qsm_sim *sim, const char *name)
+{
+	struct sim_device *d;
+	struct qsm_list *fpos, *ftmp, *pos, *tmp;
+
+	int r;
+
+	if ((r = up_device(sim, name, &d)) < 0)
+		return r;
+	qsm_list_each(fpos, ftmp, &sim->fabrics) {
+		struct sim_fabric *f = qsm_container_of(fpos, struct sim_fabric, node);
+
+		qsm_list_each(pos, tmp, &f->ids) {
+			struct sim_id *id = qsm_container_of(pos, struct sim_id, node);
+
+			if (id->dev == d)
+				sim_post_simple(id, QSM_EV_ADDR_CHANGE, 0);
+		}
+	}
+	return 0;
+}
+
 int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
 {
 	struct sim_id *id;

@@ -37,7 +37,7 @@ static void leave_connection(struct sim_id *id)
 static void connect_failed(struct sim_id *id, int event, int status, const void *pdata, size_t len)
 {
 	struct post p = { .id = id, .event = event, .status = status, .pdata = pdata, .len = len,
-			  .wire = event == QSM_EV_REJECTED ? QSM_SIM_REJ_PDATA : 0 };
+			  .wire = event == QSM_EV_REJECTED || event == QSM_EV_REJECTED_STALE ? QSM_SIM_REJ_PDATA : 0 };
 
 	id->state = ID_FAILED;
 	if (event != QSM_EV_UNREACHABLE)
@@ -187,7 +187,8 @@ int sim_connect(struct qsm_fid *fid, const void *pdata, size_t len)
 	target = sim_device_serving(sim, &id->dst);
 	listener = target ? sim_listener_for(sim, &id->dst, &reason) : NULL;
 	/* The only step that can fail comes before anything changes, faults included. */
-	if (listener && !sim->faults[QSM_SIM_FAULT_REJECT] && !sim->faults[QSM_SIM_FAULT_UNREACHABLE]) {
+	if (listener && !sim->faults[QSM_SIM_FAULT_REJECT] && !sim->faults[QSM_SIM_FAULT_REJECT_STALE] &&
+	    !sim->faults[QSM_SIM_FAULT_UNREACHABLE]) {
 		passive = sim_id_alloc(listener->fab, NULL);
 		if (!passive)
 			return -ENOMEM;
@@ -196,6 +197,10 @@ int sim_connect(struct qsm_fid *fid, const void *pdata, size_t len)
 	id->state = ID_CONNECT;
 	if (sim_fault_take(sim, QSM_SIM_FAULT_REJECT)) {
 		connect_failed(id, QSM_EV_REJECTED, QSM_SIM_REJ_CONSUMER, NULL, 0);
+		return 0;
+	}
+	if (sim_fault_take(sim, QSM_SIM_FAULT_REJECT_STALE)) {
+		connect_failed(id, QSM_EV_REJECTED_STALE, QSM_SIM_REJ_STALE_CONN, NULL, 0);
 		return 0;
 	}
 	/* The destination's device went away after resolution: the REQ goes unanswered. */
