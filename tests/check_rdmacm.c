@@ -1,6 +1,7 @@
 /* rdma-qsm: the pieces of the rdmacm fabric (src/fabric/rdmacm/) that need no RDMA device,
- * tested alone: how rdma_cm's events are named, the queue that must never lose a completion, and
- * the CQ pool (on fake CQs: ibv_create_cq and its kin are wrapped, -Wl,--wrap). */
+ * tested alone: how rdma_cm's events are named, the queue that must never lose a completion, the
+ * CQ pool (on fake CQs: ibv_create_cq and its kin are wrapped, -Wl,--wrap) and its timer, and
+ * the device monitor's parsers of uevents and rtnetlink messages. */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -8,7 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
+
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -233,6 +238,12 @@ static struct qsm_fdev *pool_dev(unsigned max_cq)
 	d->max_cq = max_cq;
 	d->present = true;
 	qsm_list_init(&d->cqs);
+	qsm_list_init(&f->devs);
+	qsm_list_add_tail(&f->devs, &d->node);
+	/* a fabric with the device monitor: its timer armed only while something is due */
+	f->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	f->uev_fd = f->rtnl_fd = -1;
+	ck_assert_int_ge(f->tfd, 0);
 	cqs_alive = resizes = fail_resize = fail_create = 0;
 	return d;
 }
@@ -249,6 +260,7 @@ static void pool_dev_free(struct qsm_fdev *d)
 		free(c);
 	}
 	ck_assert_int_eq(cqs_alive, 0);
+	close(d->fab->tfd);
 	free(d->fab);
 	free(d);
 }
@@ -425,6 +437,313 @@ START_TEST(test_cq_pool_takes_a_new_cq_when_a_resize_fails)
 	ck_assert_int_eq(err, -ENOMEM);
 	ck_assert_uint_eq(d->ncqs, 2);
 	pool_dev_free(d);
+}
+END_TEST
+
+/* ---- the fabric's timer with the device monitor: the CQ pool's tick runs only while a pool
+ * has an empty CQ to trim, so an idle fabric is never woken ---- */
+
+/* tfd armed (its deadline pending, or passed and not read yet). */
+static bool timer_armed(struct rc_fabric *f)
+{
+	struct itimerspec its;
+	struct pollfd pfd = { .fd = f->tfd, .events = POLLIN };
+
+	ck_assert_int_eq(timerfd_gettime(f->tfd, &its), 0);
+	return its.it_value.tv_sec || its.it_value.tv_nsec || poll(&pfd, 1, 0) == 1;
+}
+
+START_TEST(test_cq_trim_tick_runs_only_while_a_pool_has_an_empty_cq_to_trim)
+{
+	struct qsm_fdev *d = pool_dev(16);
+	struct rc_fabric *f = d->fab;
+	static struct rc_cq *on[300];
+	uint64_t t;
+	int err = 0;
+
+	d->pd = (struct ibv_pd *)&fake_verbs;   /* never used: says the pool's resources exist */
+	for (int i = 0; i < 300; i++)
+		ck_assert_ptr_nonnull(on[i] = qsm_rc_cq_get(d, WRS_64_64, &err));
+	ck_assert_uint_eq(d->ncqs, 2);
+	ck_assert(!f->tick_at && !timer_armed(f));
+	/* the second CQ's QPs go: a CQ to trim, so the tick starts */
+	for (int i = 252; i < 300; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	ck_assert(f->tick_at && timer_armed(f));
+	ck_assert_uint_eq(f->timer_at, f->tick_at);
+	/* CQ_IDLE_TICKS ticks later it is freed, and with nothing left to trim the tick stops */
+	t = f->tick_at;
+	for (int k = 1; k < CQ_IDLE_TICKS; k++) {
+		qsm_rc_timer_run(f, 0, t);
+		t += TICK_NS;
+		ck_assert_uint_eq(d->ncqs, 2);
+		ck_assert_uint_eq(f->tick_at, t);
+		ck_assert(timer_armed(f));
+	}
+	qsm_rc_timer_run(f, 0, t);
+	ck_assert_uint_eq(d->ncqs, 1);
+	ck_assert_uint_eq(f->cq_idle_freed, 1);
+	ck_assert(!f->tick_at && !f->timer_at && !timer_armed(f));
+	/* the last QPs go: the oldest CQ stays for the next ones; one tick sees nothing to trim */
+	for (int i = 0; i < 252; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	ck_assert(f->tick_at && timer_armed(f));
+	qsm_rc_timer_run(f, 0, f->tick_at);
+	ck_assert_uint_eq(d->ncqs, 1);
+	ck_assert(!f->tick_at && !timer_armed(f));
+	/* a timer run late counts every tick that went by: one run frees what 5 ticks free */
+	for (int i = 0; i < 300; i++)
+		on[i] = qsm_rc_cq_get(d, WRS_64_64, &err);
+	for (int i = 252; i < 300; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	qsm_rc_timer_run(f, 0, f->tick_at + (CQ_IDLE_TICKS - 1) * TICK_NS);
+	ck_assert_uint_eq(d->ncqs, 1);
+	ck_assert(!f->tick_at && !timer_armed(f));
+	/* without the monitor the tick always runs (armed by the fabric): cq_put leaves it */
+	f->mon_err = -EPERM;
+	for (int i = 0; i < 252; i++)
+		qsm_rc_cq_put(d, on[i], WRS_64_64);
+	ck_assert(!f->tick_at && !timer_armed(f));
+	d->pd = NULL;
+	pool_dev_free(d);
+}
+END_TEST
+
+/* ---- the device monitor's parsers: what a message says, whatever its bytes ---- */
+
+/* As the kernel sends it once rxe0 is registered (kobject_uevent_env: ACTION, DEVPATH,
+ * SUBSYSTEM first); the last string ends with the datagram, NUL included here. */
+static const char UEV_ADD[] = "add@/devices/virtual/net/veth0/rxe0\0ACTION=add\0"
+	"DEVPATH=/devices/virtual/net/veth0/rxe0\0SUBSYSTEM=infiniband\0NAME=rxe0\0SEQNUM=2041";
+
+/* A heap copy of exactly n bytes, so that a read past them is caught (ASan, valgrind). */
+static void *exact(const void *src, size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	ck_assert_ptr_nonnull(p);
+	memcpy(p, src, n);
+	return p;
+}
+
+static unsigned uevent(const char *msg, size_t n)
+{
+	char *b = exact(msg, n);
+	unsigned what = qsm_rc_monitor_parse_uevent(b, n);
+
+	free(b);
+	return what;
+}
+
+START_TEST(test_uevent_of_an_infiniband_device_asks_for_a_scan_and_nothing_else_does)
+{
+	static const char rm[] = "remove@/devices/virtual/net/veth0/rxe0\0ACTION=remove\0SUBSYSTEM=infiniband";
+	static const char verbs[] = "add@/devices/virtual/infiniband_verbs/uverbs0\0ACTION=add\0"
+		"SUBSYSTEM=infiniband_verbs\0";
+	static const char net[] = "add@/devices/virtual/net/veth0\0ACTION=add\0SUBSYSTEM=net\0";
+	/* udevd's re-send (group 2, which we do not join): not the kernel's format */
+	static const char udev[] = "libudev\0\xfe\xed\xca\xfe" "SUBSYSTEM=infiniband\0";
+	static const char nohdr[] = "ACTION=add\0SUBSYSTEM=infiniband\0";
+	static const char prefix[] = "add@/x\0SUBSYSTEM=infinibandX\0SUBSYSTEM=infiniban\0";
+
+	ck_assert_uint_eq(uevent(UEV_ADD, sizeof(UEV_ADD)), MON_DEVICES);
+	ck_assert_uint_eq(uevent(rm, sizeof(rm) - 1), MON_DEVICES);   /* no NUL at its end */
+	ck_assert_uint_eq(uevent(verbs, sizeof(verbs)), 0);
+	ck_assert_uint_eq(uevent(net, sizeof(net)), 0);
+	ck_assert_uint_eq(uevent(udev, sizeof(udev)), 0);
+	ck_assert_uint_eq(uevent(nohdr, sizeof(nohdr)), 0);
+	ck_assert_uint_eq(uevent(prefix, sizeof(prefix)), 0);
+	ck_assert_uint_eq(qsm_rc_monitor_parse_uevent(NULL, 0), 0);
+	ck_assert_uint_eq(uevent("", 0), 0);
+	ck_assert_uint_eq(uevent("add@/x", 6), 0);   /* a header with no NUL */
+}
+END_TEST
+
+/* Cut anywhere: a scan only once the whole SUBSYSTEM=infiniband string is in; nothing read
+ * past the cut. */
+START_TEST(test_uevent_cut_short_anywhere_is_read_within_its_length)
+{
+	const char *key = NULL;
+	size_t end;
+
+	for (size_t i = 0; i + 20 <= sizeof(UEV_ADD); i++)
+		if (!memcmp(UEV_ADD + i, "SUBSYSTEM=infiniband", 20))
+			key = UEV_ADD + i;
+	ck_assert_ptr_nonnull(key);
+	end = (size_t)(key - UEV_ADD) + 20;
+	for (size_t n = 0; n <= sizeof(UEV_ADD); n++)
+		ck_assert_msg(uevent(UEV_ADD, n) == (n >= end ? MON_DEVICES : 0u), "cut at %zu of %zu", n,
+			      sizeof(UEV_ADD));
+}
+END_TEST
+
+/* An address message as rtnetlink sends it: header, ifaddrmsg, then up to two attributes. */
+static size_t rtm_addr(void *at, uint16_t type, uint8_t family, uint8_t flags, uint32_t index,
+		       uint16_t t1, const void *a1, size_t n1, uint16_t t2, const void *a2, size_t n2)
+{
+	struct nlmsghdr *nh = at;
+	struct ifaddrmsg *ifa = NLMSG_DATA(nh);
+	struct rtattr *rta = IFA_RTA(ifa);
+	size_t len = NLMSG_LENGTH(sizeof(*ifa));
+
+	memset(nh, 0, NLMSG_SPACE(sizeof(*ifa)));
+	*ifa = (struct ifaddrmsg){ .ifa_family = family, .ifa_flags = flags, .ifa_index = index };
+	for (int k = 0; k < 2; k++) {
+		uint16_t t = k ? t2 : t1;
+		const void *a = k ? a2 : a1;
+		size_t n = k ? n2 : n1;
+
+		if (!t)
+			continue;
+		rta->rta_type = t;
+		rta->rta_len = (unsigned short)RTA_LENGTH(n);
+		memcpy(RTA_DATA(rta), a, n);
+		len += RTA_SPACE(n);
+		rta = (struct rtattr *)((char *)rta + RTA_SPACE(n));
+	}
+	nh->nlmsg_len = (uint32_t)len;
+	nh->nlmsg_type = type;
+	return NLMSG_ALIGN(len);
+}
+
+static const uint8_t V4_LOCAL[4] = { 192, 0, 2, 1 }, V4_PEER[4] = { 10, 0, 0, 9 };
+static const uint8_t V6_LL[16] = { 0xfe, 0x80, [15] = 1 }, V6_GLOBAL[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 };
+
+static unsigned rtnl(const void *msg, size_t n, struct sockaddr_storage *addrs, unsigned max, unsigned *got)
+{
+	void *b = exact(msg, n);
+	unsigned what = qsm_rc_monitor_parse_rtnl(b, n, addrs, max, got);
+
+	free(b);
+	return what;
+}
+
+START_TEST(test_rtnetlink_new_addresses_come_out_as_socket_addresses)
+{
+	union { struct nlmsghdr nh; char b[1024]; } m;
+	struct sockaddr_storage a[4];
+	const struct sockaddr_in *sin = (const void *)&a[0];
+	const struct sockaddr_in6 *sin6 = (const void *)&a[1], *g6 = (const void *)&a[2];
+	size_t len = 0;
+	unsigned n = 99;
+
+	/* IPv4: its own address is IFA_LOCAL (IFA_ADDRESS is a point-to-point peer's) */
+	len += rtm_addr(m.b + len, RTM_NEWADDR, AF_INET, 0, 3, IFA_ADDRESS, V4_PEER, 4, IFA_LOCAL, V4_LOCAL, 4);
+	/* IPv6 link-local: scoped to its interface; a global one is not */
+	len += rtm_addr(m.b + len, RTM_NEWADDR, AF_INET6, 0, 7, IFA_ADDRESS, V6_LL, 16, 0, NULL, 0);
+	len += rtm_addr(m.b + len, RTM_NEWADDR, AF_INET6, 0, 7, IFA_ADDRESS, V6_GLOBAL, 16, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), MON_ADDRS);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(sin->sin_family, AF_INET);
+	ck_assert(!memcmp(&sin->sin_addr, V4_LOCAL, 4));
+	ck_assert_int_eq(sin6->sin6_family, AF_INET6);
+	ck_assert(!memcmp(&sin6->sin6_addr, V6_LL, 16));
+	ck_assert_uint_eq(sin6->sin6_scope_id, 7);
+	ck_assert(!memcmp(&g6->sin6_addr, V6_GLOBAL, 16));
+	ck_assert_uint_eq(g6->sin6_scope_id, 0);
+	/* no more than the caller has room for */
+	ck_assert_uint_eq(rtnl(m.b, len, a, 1, &n), MON_ADDRS);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 0, &n), 0);
+	ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(test_rtnetlink_messages_that_name_no_usable_address_give_none)
+{
+	union { struct nlmsghdr nh; char b[1024]; } m;
+	struct sockaddr_storage a[4];
+	uint32_t tentative = IFA_F_TENTATIVE;
+	size_t len;
+	unsigned n = 99;
+
+	/* IPv6 still checking the address is unique, in ifa_flags or in IFA_FLAGS: a later
+	 * RTM_NEWADDR says when it is usable */
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET6, IFA_F_TENTATIVE, 7, IFA_ADDRESS, V6_GLOBAL, 16, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET6, 0, 7, IFA_ADDRESS, V6_GLOBAL, 16, IFA_FLAGS, &tentative, 4);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	/* an address gone asks for nothing but is told */
+	len = rtm_addr(m.b, RTM_DELADDR, AF_INET, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), MON_ADDR_GONE);
+	ck_assert_uint_eq(n, 0);
+	/* a payload of the wrong size for its family; no address attribute at all */
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET, 0, 3, IFA_LOCAL, V6_GLOBAL, 16, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET6, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET, 0, 3, 0, NULL, 0, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	/* other families and other messages */
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_PACKET, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	len = rtm_addr(m.b, RTM_NEWLINK, AF_INET, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	ck_assert_uint_eq(qsm_rc_monitor_parse_rtnl(NULL, 0, a, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(test_rtnetlink_lengths_that_lie_are_never_followed_past_the_datagram)
+{
+	union { struct nlmsghdr nh; char b[1024]; } m;
+	struct sockaddr_storage a[4];
+	struct rtattr *rta = IFA_RTA((struct ifaddrmsg *)NLMSG_DATA(&m.nh));
+	size_t len, l1;
+	unsigned n = 99;
+
+	/* a message longer than the datagram */
+	len = rtm_addr(m.b, RTM_NEWADDR, AF_INET, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	m.nh.nlmsg_len = (uint32_t)len + 4;
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	/* a message too short for its ifaddrmsg */
+	m.nh.nlmsg_len = NLMSG_LENGTH(2);
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	/* an attribute longer than its message */
+	m.nh.nlmsg_len = (uint32_t)len;
+	rta->rta_len = 200;
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	rta->rta_len = 2;
+	ck_assert_uint_eq(rtnl(m.b, len, a, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	/* two messages, cut anywhere: each address only once its message is whole */
+	l1 = rtm_addr(m.b, RTM_NEWADDR, AF_INET, 0, 3, IFA_LOCAL, V4_LOCAL, 4, 0, NULL, 0);
+	len = l1 + rtm_addr(m.b + l1, RTM_NEWADDR, AF_INET6, 0, 7, IFA_ADDRESS, V6_LL, 16, 0, NULL, 0);
+	for (size_t cut = 0; cut <= len; cut++) {
+		unsigned want = (cut >= l1) + (cut >= len);
+
+		rtnl(m.b, cut, a, 4, &n);
+		ck_assert_msg(n == want, "cut at %zu of %zu: %u addresses, want %u", cut, len, n, want);
+	}
+}
+END_TEST
+
+/* Bytes from a fixed seed as datagrams of every length up to 512: whatever they say, the parse
+ * stays within them (ASan, valgrind) and never reports more addresses than it has room for. */
+START_TEST(test_monitor_parsers_take_garbage_safely)
+{
+	union { struct nlmsghdr nh; char b[512]; } m;
+	struct sockaddr_storage a[2];
+	uint32_t x = 2463534242u;
+
+	for (int round = 0; round < 2000; round++) {
+		size_t len = (size_t)(round % 512);
+		unsigned n = 99;
+
+		for (size_t i = 0; i < len; i++) {
+			x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+			m.b[i] = (char)x;
+		}
+		/* half of them with a plausible header, so the parse goes deeper */
+		if (round % 2 && len >= sizeof(struct nlmsghdr)) {
+			m.nh.nlmsg_len = (uint32_t)(x % (len + 8));
+			m.nh.nlmsg_type = round % 4 == 1 ? RTM_NEWADDR : RTM_DELADDR;
+		}
+		(void)uevent(m.b, len);
+		(void)rtnl(m.b, len, a, 2, &n);
+		ck_assert_uint_le(n, 2);
+	}
 }
 END_TEST
 
@@ -694,6 +1013,15 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_cq_pool_keeps_its_cqs_across_a_reconnect_storm);
 	tcase_add_test(t, test_cq_pool_refuses_with_enomem_beyond_max_cq_or_max_cqe);
 	tcase_add_test(t, test_cq_pool_takes_a_new_cq_when_a_resize_fails);
+	tcase_add_test(t, test_cq_trim_tick_runs_only_while_a_pool_has_an_empty_cq_to_trim);
+	suite_add_tcase(s, t);
+	t = tcase_create("monitor");
+	tcase_add_test(t, test_uevent_of_an_infiniband_device_asks_for_a_scan_and_nothing_else_does);
+	tcase_add_test(t, test_uevent_cut_short_anywhere_is_read_within_its_length);
+	tcase_add_test(t, test_rtnetlink_new_addresses_come_out_as_socket_addresses);
+	tcase_add_test(t, test_rtnetlink_messages_that_name_no_usable_address_give_none);
+	tcase_add_test(t, test_rtnetlink_lengths_that_lie_are_never_followed_past_the_datagram);
+	tcase_add_test(t, test_monitor_parsers_take_garbage_safely);
 	suite_add_tcase(s, t);
 	t = tcase_create("completions");
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);

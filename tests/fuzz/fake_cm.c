@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fuzz/fake_int.h"
@@ -261,6 +262,21 @@ int __wrap_getifaddrs(struct ifaddrs **ret)
 	}
 	*ret = head;
 	return 0;
+}
+
+/* No netlink here: the fabric runs without its device monitor, on its 1 s tick, which the
+ * fuzzer drives (its tfd made an eventfd: rdmacm_events.c).  Nothing else of the library's
+ * opens a socket. */
+int __wrap_socket(int domain, int type, int protocol);
+int __real_socket(int domain, int type, int protocol);
+
+int __wrap_socket(int domain, int type, int protocol)
+{
+	if (domain == AF_NETLINK) {
+		errno = EPERM;
+		return -1;
+	}
+	return __real_socket(domain, type, protocol);
 }
 
 void __wrap_freeifaddrs(struct ifaddrs *ifa)

@@ -511,7 +511,9 @@ static void world_new(void)
 	CHECK(qsm_rdmacm_fabric_new(&fab) == 0, "qsm_rdmacm_fabric_new");
 	rf = to_fab(fab);
 	fake_set_cm_channel(rf->ch);
-	/* the device-list tick comes from the script, not from a 1 s timer */
+	/* no device monitor (fake_cm.c refuses netlink sockets): the device list is read on the
+	 * tick, and the tick comes from the script, not from a 1 s timer */
+	CHECK(rf->mon_err && rf->uev_fd < 0 && rf->rtnl_fd < 0, "no device monitor over the fake");
 	epoll_ctl(rf->epfd, EPOLL_CTL_DEL, rf->tfd, NULL);
 	close(rf->tfd);
 	rf->tfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

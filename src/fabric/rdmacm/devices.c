@@ -1,10 +1,12 @@
 /* rdma-qsm: the devices of the rdmacm fabric: one object per RDMA device, its PD and pool of CQs,
- * its async events, and the device list polled for DEVICE_ADDED. */
+ * its async events, the device list scanned for DEVICE_ADDED, and the fabric's timer. */
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "addr.h"
@@ -230,19 +232,27 @@ void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c)
 
 /* An empty CQ is not freed here: in a reconnect storm its QPs come back within seconds, and
  * freeing it made each of them create (and grow) a CQ again -- 592 CQs of 32768 entries in
- * one loaded storm of issue 15.  The device-list tick frees it once it stayed empty. */
+ * one loaded storm of issue 15.  The tick frees it once it stayed empty; with the device
+ * monitor the tick runs only from here on, until the trim finds nothing left to wait for. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs)
 {
-	(void)d;
+	struct rc_fabric *f = d->fab;
+
 	c->need -= wrs;
-	if (!--c->nqps)
-		c->empty_ticks = 0;
+	if (--c->nqps)
+		return;
+	c->empty_ticks = 0;
+	if (!f->mon_err && !f->tick_at) {
+		f->tick_at = qsm_rc_now_ns() + TICK_NS;
+		qsm_rc_timer_arm(f);
+	}
 }
 
-void qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks)
+bool qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks)
 {
 	struct qsm_list *pos, *tmp;
 	bool keep = true;    /* while no CQ of the pool has a QP, the oldest stays for the next */
+	bool left = false;
 
 	qsm_list_each(pos, tmp, &d->cqs) {
 		struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
@@ -264,11 +274,14 @@ void qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks)
 		}
 		/* the tick's expirations, so a ctx that dispatched late does not keep it longer */
 		c->empty_ticks = ticks >= CQ_IDLE_TICKS - c->empty_ticks ? CQ_IDLE_TICKS : c->empty_ticks + ticks;
-		if (c->empty_ticks < CQ_IDLE_TICKS)
+		if (c->empty_ticks < CQ_IDLE_TICKS) {
+			left = true;
 			continue;
+		}
 		d->fab->cq_idle_freed++;
 		cq_free(d, c);
 	}
+	return left;
 }
 
 /* The device is gone from the list (rdma_cm's DEVICE_REMOVAL, or the poll): it takes no QP
@@ -581,25 +594,43 @@ void qsm_rc_harvest_async(struct rc_fabric *f)
 
 /* ---- the device list ---- */
 
+uint64_t qsm_rc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One-shot and absolute, so that re-arming for the same deadline costs no system call. */
+void qsm_rc_timer_arm(struct rc_fabric *f)
+{
+	uint64_t at = f->tick_at;
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+
+	if (f->addr_at && (!at || f->addr_at < at))
+		at = f->addr_at;
+	if (at == f->timer_at)
+		return;
+	f->timer_at = at;
+	its.it_value.tv_sec = (time_t)(at / 1000000000ull);
+	its.it_value.tv_nsec = (long)(at % 1000000000ull);
+	(void)timerfd_settime(f->tfd, TFD_TIMER_ABSTIME, &its, NULL);   /* at 0: disarmed */
+}
+
+struct qsm_fdev *qsm_rc_dev_present(struct rc_fabric *f, struct ibv_device *ibdev)
+{
+	return dev_find(f, ibv_get_device_index(ibdev), ibv_get_device_guid(ibdev), ibv_get_device_name(ibdev),
+			false);
+}
+
 void qsm_rc_poll_devices(struct rc_fabric *f)
 {
-	uint64_t ticks;
 	struct ibv_device **list;
 	struct qsm_list *pos, *tmp;
 	int n;
 
-	if (f->polled_once) {
-		if (read(f->tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
-			return;
-		/* The pools' idle trim rides on this tick, which wakes an idle ctx anyway: it
-		 * adds no wake-up of its own. */
-		qsm_list_each(pos, tmp, &f->devs) {
-			struct qsm_fdev *d = qsm_container_of(pos, struct qsm_fdev, node);
-
-			if (d->pd)
-				qsm_rc_cq_trim(d, ticks > CQ_IDLE_TICKS ? CQ_IDLE_TICKS : (unsigned)ticks);
-		}
-	}
+	f->scans++;
 	list = ibv_get_device_list(&n);
 	if (!list)
 		return;

@@ -12,7 +12,7 @@
 
 #include "fabric/rdmacm/rdmacm.h"
 
-#define DEVICE_POLL_SEC 1         /* how often new devices are looked for */
+#define DEVICE_POLL_SEC 1         /* without the device monitor: how often the device list is read */
 
 static void rc_destroy(struct qsm_fabric *base)
 {
@@ -44,6 +44,19 @@ static void rc_destroy(struct qsm_fabric *base)
 			"QPs created; not the provider's or the kernel's)\n",
 			(unsigned long long)(f->qps_created ? f->qp_bytes / f->qps_created : 0),
 			(unsigned long long)f->qps_created);
+	if (getenv("QSM_RDMACM_STATS")) {
+		if (f->mon_err)
+			fprintf(stderr, "qsm rdmacm: device monitor: none (netlink: %s): the device list read "
+				"every %d s; %llu scans, %llu timer expirations\n", strerror(-f->mon_err),
+				DEVICE_POLL_SEC, (unsigned long long)f->scans, (unsigned long long)f->timer_fires);
+		else
+			fprintf(stderr, "qsm rdmacm: device monitor: uevent + rtnetlink, %llu datagrams (%llu "
+				"overruns); %llu device-list scans, %llu DEVICE_ADDED for addresses; %llu timer "
+				"expirations (CQ trim, address tries; no periodic wake-up)\n",
+				(unsigned long long)f->mon_msgs, (unsigned long long)f->mon_lost,
+				(unsigned long long)f->scans, (unsigned long long)f->addr_added,
+				(unsigned long long)f->timer_fires);
+	}
 	/* The runtime destroyed every id; what is left is the device list's knowledge. */
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
@@ -62,6 +75,7 @@ static void rc_destroy(struct qsm_fabric *base)
 	qsm_rc_table_fini(&f->srqt);
 	qsm_rc_qpn_fini(&f->qpn);
 	qsm_rc_send_lists_free(f);
+	qsm_rc_monitor_close(f);
 	rdma_destroy_event_channel(f->ch);
 	close(f->epfd);
 	close(f->tfd);
@@ -76,8 +90,8 @@ static int rc_fd(struct qsm_fabric *base)
 
 /*
  * Which sources are ready, from the fabric's own epoll (level-triggered, so a source not read
- * dry is reported again): the CM channel, the pin channel, the device-list timer, and the
- * devices' completion channels and async fds.  Returns the number of ready fds.
+ * dry is reported again): the CM channel, the pin channel, the timer, the device monitor's
+ * sockets, and the devices' completion channels and async fds.  Returns the number of ready fds.
  */
 #define HOT_EPOLL_EVERY 16
 
@@ -96,6 +110,8 @@ static int learn_ready(struct rc_fabric *f)
 			f->ready_pins = true;
 		else if (fd == f->tfd)
 			f->ready_tick = true;
+		else if (fd == f->uev_fd || fd == f->rtnl_fd)
+			f->ready_mon = true;
 		else if (fd != f->pq.kfd && fd != f->hot_fd)
 			f->ready_devs = true; /* a completion channel or an async fd */
 	}
@@ -123,7 +139,7 @@ static bool qp_note(int event)
 	       event == QSM_EV_PATH_MIG_ERR || event == QSM_EV_PORT_ERR;
 }
 
-/* The events other threads' fabrics may push (QP_FATAL of a shared context, DEVICE_ADDED). */
+/* The events pushed here and by other threads' fabrics (QP_FATAL of a shared context, DEVICE_ADDED). */
 static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 {
 	struct qsm_pending *p;
@@ -184,8 +200,8 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 /*
  * In order: our own flushes (lq), then -- while CQs are hot, or the caller polls busily, and
  * epoll was asked within the last HOT_EPOLL_EVERY calls -- completions only; else what epoll
- * says is ready: the CM channel, the pins, the devices' channels and async fds, the
- * device-list timer; then the completions of the hot CQs, and the events pushed to the
+ * says is ready: the CM channel, the pins, the devices' channels and async fds, the device
+ * monitor, the timer; then the completions of the hot CQs, and the events pushed to the
  * pending queue.
  */
 static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max)
@@ -196,7 +212,7 @@ static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qs
 		return qsm_rc_lq_take(f, ev, cqe, max);
 	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
 	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
-	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick) {
+	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick && !f->ready_mon) {
 		if ((f->hot || f->empty_run >= BUSY_EMPTY_CALLS) && ++f->hot_skips < HOT_EPOLL_EVERY) {
 			r = qsm_rc_poll_cqs(f, cqe, max); /* busy: poll, do not ask epoll */
 			if (r)
@@ -221,9 +237,13 @@ static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qs
 		f->ready_devs = false;
 		take_device_sources(f);
 	}
+	if (f->ready_mon) {
+		f->ready_mon = false;
+		qsm_rc_monitor_take(f);
+	}
 	if (f->ready_tick) {
 		f->ready_tick = false;
-		qsm_rc_poll_devices(f);
+		qsm_rc_timer_fired(f);
 	}
 	r = qsm_rc_poll_cqs(f, cqe, max);
 	if (r)
@@ -331,7 +351,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	if (!f)
 		return -ENOMEM;
 	f->base.ops = &rc_ops;
-	f->epfd = f->tfd = f->pq.kfd = f->hot_fd = -1;
+	f->epfd = f->tfd = f->pq.kfd = f->hot_fd = f->uev_fd = f->rtnl_fd = -1;
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
 	qsm_list_init(&f->lq);
@@ -361,7 +381,10 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	    (r = epoll_add(f, f->tfd)) < 0 || (r = epoll_add(f, f->pq.kfd)) < 0 ||
 	    (r = epoll_add(f, pin_fd)) < 0 || (r = epoll_add(f, f->hot_fd)) < 0)
 		goto fail;
-	if (timerfd_settime(f->tfd, 0, &its, NULL) < 0) {
+	/* With the monitor the timer is armed only when something is due (qsm_rc_timer_arm);
+	 * without it, it ticks every second, as the device list is read then. */
+	f->mon_err = qsm_rc_monitor_open(f);
+	if (f->mon_err && timerfd_settime(f->tfd, 0, &its, NULL) < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -369,6 +392,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	*ret = &f->base;
 	return 0;
 fail:
+	qsm_rc_monitor_close(f);
 	if (f->ch)
 		rdma_destroy_event_channel(f->ch);
 	if (f->epfd >= 0)

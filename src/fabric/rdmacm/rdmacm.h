@@ -97,8 +97,9 @@ struct rc_fabric;
  * device's completion channel, its cq_context this record.  It holds every completion its QPs can
  * have outstanding (`need`, their WRs and drain markers); a QP goes to a CQ with room for its
  * share, grown up to max_cqe, or to a new one.  A CQ left without QPs stays in the pool, as
- * large as it grew, for the QPs of a reconnect storm: only the device-list tick frees it, once
- * it has been empty for CQ_IDLE_TICKS of them (qsm_rc_cq_trim). */
+ * large as it grew, for the QPs of a reconnect storm: only the fabric's 1 s tick frees it, once
+ * it has been empty for CQ_IDLE_TICKS of them (qsm_rc_cq_trim).  With the device monitor the
+ * tick runs only while some pool has such a CQ (qsm_rc_timer_run). */
 struct rc_cq {
 	struct qsm_list node;            /* in qsm_fdev.cqs, oldest first */
 	struct ibv_cq *cq;
@@ -109,10 +110,22 @@ struct rc_cq {
 	                                    next get_event, unarmed, until polls find none */
 	unsigned idle;                   /* polls in a row that found none, while hot */
 	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
-	unsigned empty_ticks;            /* device-list ticks (1 s) seen while it had no QP */
+	unsigned empty_ticks;            /* ticks (1 s) seen while it had no QP */
 };
 
 #define CQ_IDLE_TICKS 5                  /* ticks an empty CQ is kept: 4-5 s after its last QP */
+
+#define TICK_NS 1000000000ull           /* the fabric's tick: the CQ trim, the poll without a monitor */
+#define ADDR_WAIT_MS 1024                /* how long an address that appeared is tried (monitor.c) */
+#define MON_ADDRS_MAX 16                 /* addresses waiting to be tried, at most */
+
+/* What the monitor's messages said (qsm_rc_monitor_parse_*). */
+enum {
+	MON_DEVICES = 1 << 0,            /* an RDMA device registered, unregistered or renamed */
+	MON_ADDRS = 1 << 1,              /* an address appeared (RTM_NEWADDR) */
+	MON_ADDR_GONE = 1 << 2,          /* an address went (RTM_DELADDR) */
+	MON_LOST = 1 << 3,               /* the socket overran: messages were lost */
+};
 
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
 #define CQ_HOT_IDLE_MAX 65536            /* the fabric's hot_idle, between these two */
@@ -226,7 +239,19 @@ struct rc_fabric {
 	unsigned cq_peak;
 	/* Sources epoll said are ready and not yet read dry: get_event() reads only these. */
 	int pin_fd;
-	bool ready_cm, ready_pins, ready_devs, ready_tick;
+	bool ready_cm, ready_pins, ready_devs, ready_tick, ready_mon;
+	/* The device monitor (monitor.c): a uevent and an rtnetlink socket, -1 without one, and
+	 * mon_err why (-errno; then tfd ticks every second and each tick scans the device list).
+	 * With it, tfd is one-shot at the earliest of tick_at (the next tick, while a CQ pool has
+	 * something to trim) and addr_at (the next try of the addresses that appeared, addr[]);
+	 * neither: disarmed, and an idle fabric is never woken. */
+	int uev_fd, rtnl_fd, mon_err;
+	uint64_t tick_at, addr_at, timer_at;      /* CLOCK_MONOTONIC ns; 0: none */
+	struct sockaddr_storage addr[MON_ADDRS_MAX];
+	unsigned naddr, addr_delay_ms;
+	/* for QSM_RDMACM_STATS: netlink datagrams, overruns, device-list scans, tfd expirations
+	 * read, DEVICE_ADDED pushed for an address that became usable */
+	uint64_t mon_msgs, mon_lost, scans, timer_fires, addr_added;
 	/* Busy CQs polled without waiting for their events (as a poll loop does, but never
 	 * hiding the CM: epoll is still asked every HOT_EPOLL_EVERY calls); hot_fd, in the
 	 * fabric's epoll, is readable while `hot` (hot CQs, plus one while lq is not empty) is
@@ -329,11 +354,11 @@ struct rc_cq *qsm_rc_cq_get(struct qsm_fdev *d, int wrs, int *err);
 struct rc_cq *qsm_rc_cq_own(struct qsm_fdev *d, int entries, int *err);
 void qsm_rc_cq_own_free(struct qsm_fdev *d, struct rc_cq *c);
 /* The reservation given back (the QP is destroyed).  A CQ left empty is kept for the next QPs
- * (freed at once only on a device no longer present). */
+ * (freed at once only on a device no longer present); the tick starts if it was not running. */
 void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
-/* `ticks` device-list ticks went by: a pool CQ empty for CQ_IDLE_TICKS of them is freed, but
- * for one, the oldest, while none of the pool has a QP. */
-void qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
+/* `ticks` ticks went by: a pool CQ empty for CQ_IDLE_TICKS of them is freed, but for one, the
+ * oldest, while none of the pool has a QP.  Whether an empty CQ is left for later ticks. */
+bool qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
 /* The completion channel read dry: every CQ that fired is acked and goes hot. */
 void qsm_rc_cq_events(struct qsm_fdev *d);
 /* Up to max completions of a hot CQ; one found empty is re-armed and polled once more, and
@@ -346,13 +371,39 @@ void qsm_rc_dev_settle(struct qsm_fdev *d);
 /* rdma_cm said so: the device is being unregistered. */
 void qsm_rc_dev_removed(struct qsm_fdev *d);
 void qsm_rc_harvest_async(struct rc_fabric *f);
-/* The device list, at most once a second: new devices become DEVICE_ADDED; the same tick
- * trims the CQ pools (qsm_rc_cq_trim). */
+/* The device list read: new devices become DEVICE_ADDED, those gone from it not present. */
 void qsm_rc_poll_devices(struct rc_fabric *f);
+/* The present device object of a device in the list, or NULL. */
+struct qsm_fdev *qsm_rc_dev_present(struct rc_fabric *f, struct ibv_device *ibdev);
+/* With the monitor: tfd armed one-shot at the earliest of tick_at and addr_at, or disarmed. */
+void qsm_rc_timer_arm(struct rc_fabric *f);
+uint64_t qsm_rc_now_ns(void);
 void qsm_rc_device_get(struct qsm_fdev *d);
 void qsm_rc_device_put(struct qsm_fdev *d);
 const char *qsm_rc_device_name(struct qsm_fdev *d);
 int qsm_rc_device_addr(struct qsm_fdev *d, struct sockaddr_storage *ss);
+
+/* ---- monitor.c: the device monitor (uevents, rtnetlink), above devices.c ---- */
+
+/* The two sockets opened and in the epoll: 0, or -errno and none (the 1 s poll then). */
+int qsm_rc_monitor_open(struct rc_fabric *f);
+void qsm_rc_monitor_close(struct rc_fabric *f);
+/* Both sockets read dry; one device-list scan however many messages named RDMA devices; the
+ * addresses that appeared handed to qsm_rc_addrs_new. */
+void qsm_rc_monitor_take(struct rc_fabric *f);
+/* What one datagram says (MON_*), whatever its bytes: never a read past len. */
+unsigned qsm_rc_monitor_parse_uevent(const char *buf, size_t len);
+unsigned qsm_rc_monitor_parse_rtnl(const void *buf, size_t len, struct sockaddr_storage *addrs,
+				   unsigned max, unsigned *n);
+/* Addresses that appeared (rtnetlink): each tried at once and then 1, 2, 4 ... ms apart for
+ * ADDR_WAIT_MS, until rdma_cm can bind it (RoCE adds its GID in a kernel work item after the
+ * message): DEVICE_ADDED for the device that serves it, or the scan that finds that device. */
+void qsm_rc_addrs_new(struct rc_fabric *f, const struct sockaddr_storage *addrs, unsigned n);
+/* tfd expired: qsm_rc_timer_fired reads it (`n` its expirations) and runs what is due at `now`:
+ * the tick's trim of the CQ pools (and, without a monitor, the device-list scan: each expiry
+ * is a tick then), the tries of new addresses; then tfd is armed again for what is left. */
+void qsm_rc_timer_fired(struct rc_fabric *f);
+void qsm_rc_timer_run(struct rc_fabric *f, uint64_t n, uint64_t now);
 
 /* ---- verbs.c: QPs, posts, completions, the drain marker, flushes; mr.c: MRs ---- */
 
