@@ -43,7 +43,7 @@
  * (src/fabric/rdmacm/ops.c's HOT_EPOLL_EVERY) once BUSY_EMPTY_CALLS calls in a row found nothing
  * or while a CQ is hot; a CQ is re-armed after CQ_HOT_IDLE_POLLS empty polls (fabric/rdmacm/rdmacm.h) */
 #define EPOLL_EVERY 16
-#define SLACK 0.01              /* what a window may catch once: a device-list tick (1 s), a timer */
+#define SLACK 0.01              /* what a window may catch once: a timer, a netlink message */
 
 /* What the tracer counted in a window. */
 struct window {

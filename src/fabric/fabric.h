@@ -35,7 +35,8 @@
  *   on the device and calls device_put() for each reference it holds; the removal
  *   completes when all are gone.  QSM_EV_DEVICE_ADDED (owner NULL, ev->device set)
  *   reports a device that appeared; the backend reports it when it can (the sim
- *   always does; rdmacm polls for new devices).
+ *   always does; rdmacm hears of new devices and addresses from the kernel's uevents and
+ *   rtnetlink, and polls the device list only without them).
  * - A struct qsm_fdev stays valid until the fabric is destroyed (events carry no
  *   reference); device_get() refs are what keep its resources (PD, CQs) alive.
  * - private_data_len is what the wire carried: IB/RoCE pad to the CM message size
