@@ -283,7 +283,9 @@ double vm_rdma_link_delete(struct qsm_ctx *a, struct qsm_ctx *b, const char *dev
 double vm_rdma_link_add(struct qsm_ctx *a, struct qsm_ctx *b, const char *dev, const char *netdev,
 			int limit_ms, int *status)
 {
-	char *argv[] = { "rdma", "link", "add", (char *)dev, "type", "rxe", "netdev", (char *)netdev, NULL };
+	/* the link type the guest brought the device up with (tests/vm/guest/init) */
+	char *argv[] = { "rdma", "link", "add", (char *)dev, "type", (char *)vm_env("QSM_VM_TRANSPORT", "rxe"),
+			 "netdev", (char *)netdev, NULL };
 
 	return vm_run_dispatching(a, b, argv, limit_ms, status);
 }

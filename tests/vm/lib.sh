@@ -21,7 +21,7 @@ vm_setup() {
 	shift 3
 	n=${1:-$default_n}
 	bin=${2:-${!bin_var:-./tests/vm/$name}}
-	dev=${QSM_VM_DEV:-rxe0}
+	dev=${QSM_VM_DEV:-${QSM_VM_TRANSPORT:-rxe}0}
 	out=${QSM_VM_OUT:-/tmp}
 	trace=$out/$name.trace
 	log=$out/$name.log

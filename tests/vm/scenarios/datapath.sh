@@ -27,7 +27,7 @@ set -u
 rounds=${1:-5}
 bin=${2:-${QSM_BW_BIN:-./examples/qsm-bw}}
 addr=${QSM_VM_ADDR:-192.0.2.1}
-dev=${QSM_VM_DEV:-rxe0}
+dev=${QSM_VM_DEV:-${QSM_VM_TRANSPORT:-rxe}0}
 tmp=${TMPDIR:-/tmp}
 out=${QSM_VM_OUT:-$tmp}
 iters_spec=${QSM_DATAPATH_ITERS:-64:20000 4096:5000 65536:1000}

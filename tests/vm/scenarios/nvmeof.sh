@@ -10,7 +10,8 @@
 set -u
 
 addr=${QSM_VM_ADDR:-192.0.2.1}
-dev=${QSM_VM_DEV:-rxe0}
+transport=${QSM_VM_TRANSPORT:-rxe}
+dev=${QSM_VM_DEV:-${transport}0}
 netdev=${QSM_VM_NETDEV:-veth0}
 out=${QSM_VM_OUT:-/tmp}
 removal=${1:-removal}
@@ -165,9 +166,9 @@ if [[ $removal == removal ]]; then
 	dmesg | grep -E 'nvme nvme[0-9]+: Removing ctrl' | tail -n 1 | sed 's/^/   dmesg: /'
 	wait_for 10 all_freed || fail "the target did not free the controller after the removal"
 
-	step "rdma link add $dev type rxe netdev $netdev; nvme connect again"
+	step "rdma link add $dev type $transport netdev $netdev; nvme connect again"
 	t0=$(usec)
-	rdma link add "$dev" type rxe netdev "$netdev" || fail "rdma link add failed"
+	rdma link add "$dev" type "$transport" netdev "$netdev" || fail "rdma link add failed"
 	wait_for 10 dev_active || fail "$dev is not ACTIVE after re-add"
 	# the target's listener relistens on DEVICE_ADDED (or its 1 s relisten timer)
 	end=$(($(usec) + 30000000))

@@ -15,7 +15,7 @@ set -u
 n=${1:-100}
 bin=${2:-${QSM_PING_BIN:-./examples/qsm-ping}}
 addr=${QSM_VM_ADDR:-192.0.2.1}
-dev=${QSM_VM_DEV:-rxe0}
+dev=${QSM_VM_DEV:-${QSM_VM_TRANSPORT:-rxe}0}
 tmp=${TMPDIR:-/tmp}
 out=${QSM_VM_OUT:-$tmp}
 failures=0

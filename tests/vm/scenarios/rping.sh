@@ -4,7 +4,8 @@
 set -u
 
 addr=${QSM_VM_ADDR:-192.0.2.1}
-dev=${QSM_VM_DEV:-rxe0}
+transport=${QSM_VM_TRANSPORT:-rxe}
+dev=${QSM_VM_DEV:-${transport}0}
 netdev=${QSM_VM_NETDEV:-veth0}
 
 fail() {
@@ -99,9 +100,9 @@ wait "$dpid" || fail "rdma link delete $dev exited $?"
 echo "   delete latency: $(ms "$t0" "$t1") ms"
 [[ ! -e /sys/class/infiniband/$dev ]] || fail "$dev still in /sys/class/infiniband after delete"
 
-step "rdma link add $dev type rxe netdev $netdev"
+step "rdma link add $dev type $transport netdev $netdev"
 t0=$(now)
-rdma link add "$dev" type rxe netdev "$netdev" || fail "rdma link add $dev failed"
+rdma link add "$dev" type "$transport" netdev "$netdev" || fail "rdma link add $dev failed"
 wait_dev_active
 echo "   re-add ready in $(ms "$t0" "$(now)") ms"
 rdma link show
