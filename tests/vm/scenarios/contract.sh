@@ -1,4 +1,5 @@
 #!/bin/bash
+# qsm-vm: transports rxe (siw: 34 of 35 cases assume IB CM and rxe verbs facts; tests/vm/README.md)
 # VM scenario: the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE
 # (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's rdma_cm.
 #   tests/vm/run tests/vm/scenarios/contract.sh [BINARY]
