@@ -1,4 +1,5 @@
 #!/bin/bash
+# qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
 # VM scenario: the data path's bandwidth against perftest, on soft-RoCE, in one VM boot.
 # perftest's ib_send_bw -R and ib_write_bw -R (rdma_cm) against examples/qsm-bw doing the same
 # transfers: message sizes 64 B, 4 KiB, 64 KiB, the same tx depth (-t), cq moderation (-Q), rx

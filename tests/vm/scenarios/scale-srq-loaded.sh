@@ -1,4 +1,5 @@
 #!/bin/bash
+# qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
 # qsm-vm: host-load 2
 # qsm-vm: timeout 900
 # VM scenario: scale-srq.sh (2,000 queues per side, the server's on one SRQ per device, through device removal and re-add) with the
