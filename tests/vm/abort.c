@@ -421,7 +421,7 @@ static int count_res_lines(const char *res, const char *what)
 int main(int argc, char **argv)
 {
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr;
+	struct sockaddr_storage addr;
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_ABORT_PORT", "7473");
 	struct qsm_ctx *server, *client;
 	struct qsm_listener *l;
@@ -463,8 +463,8 @@ int main(int argc, char **argv)
 				  .private_data = &who, .private_data_len = 1, .user = &u[i] }, i, &u[i].q) < 0)
 			return 1;
 	}
-	printf("== %u queues connect to %s:%u: %u abort in LIVE.enter, 1 in completion, %u stay LIVE "
-	       "(%d messages each)\n", n, ip, ntohs(addr.sin_port), n_abort - 1, n_live, ROUNDS);
+	printf("== %u queues connect to %s port %u: %u abort in LIVE.enter, 1 in completion, %u stay LIVE "
+	       "(%d messages each)\n", n, ip, vm_addr_port(&addr), n_abort - 1, n_live, ROUNDS);
 	t0 = vm_now();
 	while (!settled() && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS)
 		vm_pump(server, client);

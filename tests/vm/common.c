@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -66,11 +67,25 @@ void vm_init_stdio(void)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-bool vm_parse_addr(struct sockaddr_in *addr, const char *ip, const char *port_env, const char *port_def)
+bool vm_parse_addr(struct sockaddr_storage *addr, const char *ip, const char *port_env, const char *port_def)
 {
-	*addr = (struct sockaddr_in){ .sin_family = AF_INET,
-				      .sin_port = htons((uint16_t)atoi(vm_env(port_env, port_def))) };
-	return inet_pton(AF_INET, ip, &addr->sin_addr) == 1;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV }, *res;
+	bool ok;
+
+	memset(addr, 0, sizeof(*addr));
+	if (getaddrinfo(ip, vm_env(port_env, port_def), &hints, &res))
+		return false;
+	ok = (res->ai_family == AF_INET || res->ai_family == AF_INET6) && res->ai_addrlen <= sizeof(*addr);
+	if (ok)
+		memcpy(addr, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return ok;
+}
+
+uint16_t vm_addr_port(const struct sockaddr_storage *addr)
+{
+	return ntohs(addr->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)addr)->sin6_port
+						 : ((const struct sockaddr_in *)addr)->sin_port);
 }
 
 int vm_trace_open(int argc, char **argv)
@@ -139,8 +154,8 @@ int vm_listener_new(struct qsm_ctx *server, const struct qsm_listener_opts *o, c
 	int r = qsm_listener_new(server, o, l);
 
 	if (r < 0) {
-		printf("FAIL: qsm_listener_new %s:%u: %s\n", ip,
-		       ntohs(((const struct sockaddr_in *)o->addr)->sin_port), strerror(-r));
+		printf("FAIL: qsm_listener_new %s port %u: %s\n", ip,
+		       vm_addr_port((const struct sockaddr_storage *)(const void *)o->addr), strerror(-r));
 		return -1;
 	}
 	return 0;

@@ -29,8 +29,10 @@ const char *vm_cm_state_name(int state);               /* an active queue's stat
 /* Line-buffered stdout (the guest streams it), and no SIGPIPE from a peer that went away. */
 void vm_init_stdio(void);
 
-/* addr = ip:$port_env (default port_def); false if ip is not an IPv4 address. */
-bool vm_parse_addr(struct sockaddr_in *addr, const char *ip, const char *port_env, const char *port_def);
+/* addr = ip, port $port_env (default port_def): a sockaddr_in or sockaddr_in6 (getaddrinfo,
+ * AI_NUMERICHOST: 192.0.2.1 or 2001:db8::1, never a name); false if ip is neither. */
+bool vm_parse_addr(struct sockaddr_storage *addr, const char *ip, const char *port_env, const char *port_def);
+uint16_t vm_addr_port(const struct sockaddr_storage *addr);                /* host order */
 
 /* argv[2], if given, is the trace file ("-" = stdout); -1 (after perror) if it cannot be opened. */
 int vm_trace_open(int argc, char **argv);

@@ -365,11 +365,11 @@ static void end_clients(void)
 int main(int argc, char **argv)
 {
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr, nobody;
+	struct sockaddr_storage addr, nobody;
 	struct qsm_ctx *server = NULL, *client = NULL;
 	struct qsm_listener *l = NULL, *l2 = NULL, *l3 = NULL, *l4 = NULL;
 	const char *dev = vm_env("QSM_VM_DEV", "rxe0");
-	struct sockaddr_in held, quick, idle;
+	struct sockaddr_storage held, quick, idle;
 	int st;
 	unsigned taken = 0;
 	struct qsm_counters cs, cc;

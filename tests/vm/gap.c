@@ -182,7 +182,7 @@ int main(int argc, char **argv)
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 100;
 	const char *dev = vm_env("QSM_VM_DEV", "rxe0"), *netdev = vm_env("QSM_VM_NETDEV", "veth0");
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr;
+	struct sockaddr_storage addr;
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_GAP_PORT", "7472");
 	struct qsm_listener_opts lopts = { .addr = (struct sockaddr *)&addr, .cls = &server_class,
 					   .backlog = 1024,
@@ -215,8 +215,8 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* ---- phase 1: connect to a live server; each queue registers its MR in qp_ready ---- */
-	printf("== %u queues connect to %s:%u (retry policy %u ms .. %u ms, no jitter)\n", n, ip,
-	       ntohs(addr.sin_port), RETRY_INITIAL_MS, RETRY_MAX_MS);
+	printf("== %u queues connect to %s port %u (retry policy %u ms .. %u ms, no jitter)\n", n, ip,
+	       vm_addr_port(&addr), RETRY_INITIAL_MS, RETRY_MAX_MS);
 	for (unsigned i = 0; i < n; i++) {
 		u[i].index = i;
 		u[i].removal_from = u[i].removal_to = -1;

@@ -171,11 +171,12 @@ int main(int argc, char **argv)
 	const char *dev = vm_env("QSM_VM_DEV", "rxe0"), *netdev = vm_env("QSM_VM_NETDEV", "veth0");
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
 	int idle_ms = atoi(vm_env("QSM_MONITOR_IDLE_MS", "10000"));
-	struct sockaddr_in addr;
+	struct sockaddr_storage addr;
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_MONITOR_PORT", "7473");
 	char cidr[64];
 	char *addr_del[] = { "ip", "addr", "del", cidr, "dev", (char *)netdev, NULL };
-	char *addr_add[] = { "ip", "addr", "add", cidr, "dev", (char *)netdev, NULL };
+	/* IPv6: nodad, as the guest adds it, so that it is usable at once (not tentative for ~1 s) */
+	char *addr_add[] = { "ip", "addr", "add", cidr, "dev", (char *)netdev, NULL, NULL };
 	struct qsm_ctx *server, *client, *both[2];
 	struct qsm_listener *l;
 	struct qsm_conn **q;
@@ -191,7 +192,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: monitor [N (1..10000) [TRACE_FILE|-]]\n");
 		return 2;
 	}
-	snprintf(cidr, sizeof(cidr), "%s/24", ip);
+	snprintf(cidr, sizeof(cidr), "%s/%d", ip, addr.ss_family == AF_INET6 ? 64 : 24);
+	if (addr.ss_family == AF_INET6)
+		addr_add[6] = "nodad";
 	if (vm_trace_open(argc, argv) < 0)
 		return 2;
 	q = calloc(n, sizeof(*q));

@@ -406,7 +406,7 @@ static unsigned sum_errors(const struct queue *u, unsigned n)
 
 /* The server process: listens, says so on `up`, serves until `ctl` says 'c' (the client is
  * closing: losses from then on are not spurious) and then EOF, and until its queues are gone. */
-static int serve_round(struct sockaddr_in *addr, const char *ip, int up, int ctl)
+static int serve_round(struct sockaddr_storage *addr, const char *ip, int up, int ctl)
 {
 	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)addr, .cls = &server_class, .backlog = 1024 };
 	struct qsm_ctx *server;
@@ -450,7 +450,7 @@ static int serve_round(struct sockaddr_in *addr, const char *ip, int up, int ctl
 	return vm_failures ? 1 : 0;
 }
 
-static int connect_round(unsigned n, struct sockaddr_in *addr, const char *ip)
+static int connect_round(unsigned n, struct sockaddr_storage *addr, const char *ip)
 {
 	int up[2], ctl[2], st = 0;
 	struct qsm_conn **q = calloc(n, sizeof(*q));
@@ -482,7 +482,7 @@ static int connect_round(unsigned n, struct sockaddr_in *addr, const char *ip)
 	}
 	if (vm_ctx_new(&client, "client") < 0)
 		return 1;
-	printf("== %u queues connect to %s:%u (the server in process %d)\n", n, ip, ntohs(addr->sin_port), (int)pid);
+	printf("== %u queues connect to %s port %u (the server in process %d)\n", n, ip, vm_addr_port(addr), (int)pid);
 	t0 = vm_now();
 	for (unsigned i = 0; i < n; i++) {
 		u[i].index = i;
@@ -550,7 +550,7 @@ int main(int argc, char **argv)
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 100;
 	const char *dev = vm_env("QSM_VM_DEV", "rxe0"), *netdev = vm_env("QSM_VM_NETDEV", "veth0");
 	const char *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
-	struct sockaddr_in addr;
+	struct sockaddr_storage addr;
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_REMOVAL_PORT", "7471");
 	struct qsm_ctx *server, *client;
 	struct qsm_listener *l;
@@ -588,7 +588,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* ---- connect ---- */
-	printf("== %u queues connect to %s:%u\n", n, ip, ntohs(addr.sin_port));
+	printf("== %u queues connect to %s port %u\n", n, ip, vm_addr_port(&addr));
 	for (unsigned i = 0; i < n; i++) {
 		u[i].index = i;
 		if (vm_conn_start(client, &(struct qsm_conn_opts){ .cls = &client_class,
