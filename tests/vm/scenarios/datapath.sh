@@ -1,5 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
+# qsm-vm: families 4 (IPv6: time; ping.sh and removal.sh move data over IPv6)
 # VM scenario: the data path's bandwidth against perftest, on soft-RoCE, in one VM boot.
 # perftest's ib_send_bw -R and ib_write_bw -R (rdma_cm) against examples/qsm-bw doing the same
 # transfers: message sizes 64 B, 4 KiB, 64 KiB, the same tx depth (-t), cq moderation (-Q), rx

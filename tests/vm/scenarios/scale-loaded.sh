@@ -1,5 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
+# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
 # qsm-vm: host-load 2
 # qsm-vm: timeout 900
 # VM scenario: scale.sh (2,000 queues per side, through device removal and re-add) with the

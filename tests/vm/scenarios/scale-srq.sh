@@ -1,5 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
+# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
 # qsm-vm: timeout 600
 # VM scenario: scale.sh with the server's 1,000 queues on one shared receive queue per device
 # (QSM_REMOVAL_SRQ=1): made with the first QP, released with the device at `rdma link delete`,

@@ -1,5 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
+# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
 # qsm-vm: timeout 600
 # VM scenario: 2,000 queues per side, each side one ctx, default caps (64/64 WRs), through device
 # removal and re-add (tests/vm/removal.c with N=2000): more QPs than one CQ can serve (rxe's
