@@ -1,6 +1,5 @@
 #!/bin/bash
 # qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
-# qsm-vm: families 4 (IPv6: time)
 # VM scenario: examples/nvmet/qsm-nvmet (a userspace NVMe over Fabrics RDMA target on rdma-qsm)
 # with the Linux kernel's NVMe-oF host (nvme-rdma, driven by nvme-cli) as its client:
 #   discover, connect, 4 MiB written with dd and read back identical, then (unless the first
