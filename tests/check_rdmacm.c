@@ -973,6 +973,167 @@ START_TEST(test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_afte
 }
 END_TEST
 
+/* qsm_rc_drain on a fake QP: ibv_modify_qp wrapped (it only records the state asked for), the
+ * QP's context counts the posts (the drain marker's). */
+static int modify_calls, modify_state, marker_posts;
+static uint64_t marker_wr_id;
+
+int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+
+int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	(void)qp;
+	modify_calls++;
+	if (mask & IBV_QP_STATE)
+		modify_state = attr->qp_state;
+	return 0;
+}
+
+static int drain_fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	(void)qp;
+	(void)bad;
+	marker_posts++;
+	marker_wr_id = wr->wr_id;
+	return 0;
+}
+
+struct drain_rig {
+	struct wc_rig r;
+	struct ibv_device dev;
+	struct ibv_context verbs;
+	struct ibv_qp qp;
+	struct rdma_cm_id cm;
+};
+
+static void drain_rig_new(struct drain_rig *x, enum ibv_transport_type transport)
+{
+	memset(x, 0, sizeof(*x));
+	wc_rig_new(&x->r);
+	qsm_list_init(&x->r.f->dq);
+	x->dev.transport_type = transport;
+	x->verbs.device = &x->dev;
+	x->verbs.ops.post_send = drain_fake_post_send;
+	x->qp.context = &x->verbs;
+	x->cm.verbs = &x->verbs;
+	x->cm.qp = &x->qp;
+	x->r.id->cm = &x->cm;
+	x->r.id->cq = x->r.c;
+	x->r.id->qp_rts = true;
+	x->r.c->hot = false;   /* armed, waiting for its event */
+	x->r.f->hot = 0;
+	modify_calls = marker_posts = 0;
+	modify_state = -1;
+}
+
+/* IB and RoCE: ERR, then the marker, a signaled send that the device flushes behind the rest;
+ * its completion is what drains the QP (as the kernel's ib_drain_qp). */
+START_TEST(test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker)
+{
+	struct drain_rig x;
+
+	drain_rig_new(&x, IBV_TRANSPORT_IB);
+	ck_assert_int_eq(qsm_rc_drain(x.r.id), 0);
+	ck_assert_int_eq(modify_calls, 1);
+	ck_assert_int_eq(modify_state, IBV_QPS_ERR);
+	ck_assert_int_eq(marker_posts, 1);
+	ck_assert_uint_eq(marker_wr_id, TAG_MARKER | x.r.id->qp_key);
+	ck_assert(x.r.id->draining && x.r.id->qp_err && !x.r.id->on_dq);
+	ck_assert_uint_eq(x.r.c->drains, 0);
+	ck_assert(!x.r.c->hot);
+	wc_rig_free(&x.r);
+}
+END_TEST
+
+/*
+ * iWARP (soft-iWARP never flushes a WR posted in ERR: tests/vm/README.md): no marker; the first
+ * poll after the drain that finds the QP's CQ empty stands for it.  The device's own reports
+ * (taken before it, in order) come out as they are; what it will never report (WRs posted into
+ * the rings after siw left RTS by itself) is flushed by the fabric, each once, then DRAINED; a
+ * late report of the device is stale.
+ */
+START_TEST(test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty)
+{
+	struct drain_rig x;
+	struct qsm_fabric_cqe out[16];
+	struct qsm_fabric_event ev;
+	uint64_t r0, r1, s0, s1;
+
+	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
+	r0 = wc_rig_post(&x.r, WQ_RECV, 100, QSM_WR_RECV, true);
+	r1 = wc_rig_post(&x.r, WQ_RECV, 101, QSM_WR_RECV, true);
+	s0 = wc_rig_post(&x.r, WQ_SEND, 200, QSM_WR_SEND, true);
+	(void)wc_rig_post(&x.r, WQ_SEND, 201, QSM_WR_RDMA_WRITE, true);   /* never reported */
+	(void)wc_rig_post(&x.r, WQ_RECV, 102, QSM_WR_RECV, true);         /* never reported */
+	/* in the CQ when the modify returns: a receive that came, the rings' flushes (SQ first) */
+	wc_push(r0, IBV_WC_SUCCESS, WC_QPN, 8, 0, 0);
+	wc_push(s0, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	wc_push(r1, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_drain(x.r.id), 0);
+	ck_assert_int_eq(modify_calls, 1);
+	ck_assert_int_eq(modify_state, IBV_QPS_ERR);
+	ck_assert_int_eq(marker_posts, 0);
+	ck_assert(x.r.id->draining && x.r.id->qp_err && x.r.id->on_dq);
+	ck_assert_uint_eq(x.r.c->drains, 1);
+	ck_assert(x.r.c->hot && x.r.f->hot == 1);   /* polled without waiting for an event */
+	/* a poll that fills its batch has not seen the CQ empty: not drained yet */
+	ck_assert_int_eq(qsm_rc_poll_cqs(x.r.f, out, 2), 2);
+	ck_assert_uint_eq(out[0].wc.wr_id, 100);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_SUCCESS);
+	ck_assert_uint_eq(out[1].wc.wr_id, 200);
+	ck_assert_int_eq(out[1].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert(x.r.id->draining && x.r.id->on_dq && !x.r.id->flush_all);
+	/* this one takes the last report and finds the CQ empty */
+	ck_assert_int_eq(qsm_rc_poll_cqs(x.r.f, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 101);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert(!x.r.id->draining && !x.r.id->on_dq && x.r.id->flush_all && x.r.id->drained_due);
+	ck_assert_uint_eq(x.r.c->drains, 0);
+	ck_assert(qsm_list_empty(&x.r.f->dq));
+	ck_assert(x.r.id->on_lq);
+	/* the rest, ours: the send queue's, then the receive queue's; then DRAINED alone */
+	ck_assert_int_eq(qsm_rc_lq_take(x.r.f, &ev, out, 16), 2);
+	ck_assert_uint_eq(out[0].wc.wr_id, 201);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RDMA_WRITE);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_uint_eq(out[1].wc.wr_id, 102);
+	ck_assert_int_eq(out[1].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(qsm_rc_lq_take(x.r.f, &ev, out, 16), 0);
+	ck_assert_int_eq(ev.event, QSM_EV_DRAINED);
+	ck_assert_ptr_eq(ev.id, x.r.id);
+	ck_assert_ptr_eq(ev.owner, &x.r);
+	ck_assert_int_eq(qsm_rc_lq_take(x.r.f, &ev, out, 16), -EAGAIN);
+	ck_assert_uint_eq(x.r.f->wc_synth, 2);
+	/* the stream's end flushes the rings again later (siw_qp_llp_close): stale */
+	s1 = x.r.id->qp_key | 1;
+	wc_in_len = wc_in_next = 0;
+	wc_push(s1, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(x.r.f, out, 16), 0);
+	ck_assert_uint_eq(x.r.f->wc_stale, 1);
+	wc_rig_free(&x.r);
+}
+END_TEST
+
+/* A drain on iWARP ended by its timeout: flush_qp takes the WRs, the QP waits for no poll. */
+START_TEST(test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq)
+{
+	struct drain_rig x;
+	struct qsm_fabric_cqe out[16];
+
+	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
+	(void)wc_rig_post(&x.r, WQ_RECV, 100, QSM_WR_RECV, true);
+	ck_assert_int_eq(qsm_rc_drain(x.r.id), 0);
+	ck_assert(x.r.id->on_dq);
+	ck_assert_int_eq(qsm_rc_flush_qp(x.r.id, out, 16), 1);
+	ck_assert(!x.r.id->on_dq && !x.r.id->draining && !x.r.id->drained_due);
+	ck_assert_uint_eq(x.r.c->drains, 0);
+	ck_assert(qsm_list_empty(&x.r.f->dq));
+	ck_assert_int_eq(qsm_rc_poll_cqs(x.r.f, out, 16), 0);
+	ck_assert(!x.r.id->on_lq);
+	wc_rig_free(&x.r);
+}
+END_TEST
+
 /* The longest the kernel's CM takes to end a connect by itself: 1 + 15 sends of a REQ (or REP),
  * each waiting 2 packet lifetimes and the CM response time (2^(t-8) ms each). */
 START_TEST(test_cm_timeout_covers_the_kernel_cms_retries)
@@ -1027,6 +1188,9 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);
+	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
+	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
+	tcase_add_test(t, test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq);
 	tcase_add_test(t, test_cm_timeout_covers_the_kernel_cms_retries);
 	suite_add_tcase(s, t);
 	return s;

@@ -94,7 +94,7 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   After the QP went to ERR (drain, disconnect, fatal error) outstanding WRs complete
  *   with QSM_WC_WR_FLUSH_ERR, and posting returns 0 and completes the WR with FLUSH_ERR too,
  *   so the ULP always gets its buffers back.  The drain marker is never reported as a
- *   completion: its flush is the DRAINED event.
+ *   completion: its flush is the DRAINED event.  (iWARP has no marker: see drain().)
  *   This rule stays with the fabrics; the runtime does not complete a post itself when its QP
  *   machine says ERR (see "Why the flush of a post in ERR stays below" after this list).
  * - Completions only: an error completion is no other event.  The runtime (src/queue/step.c)
@@ -102,8 +102,10 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
  *   QSM_WC_WR_FLUSH_ERR by QSM_EV_WC_ERROR (-EIO), once per QP, for both fabrics alike.
  * - Completions of one QP keep their order; between CM events and completions there is
  *   none (a DISCONNECTED may come before completions that happened earlier).
- * - A peer's disconnect does not move our QP to ERR (the kernel leaves user QPs alone):
- *   posts between DISCONNECTED and the drain go to the device, which flushes them.
+ * - A peer's disconnect does not move our QP to ERR on IB and RoCE (the kernel leaves user QPs
+ *   alone): posts between DISCONNECTED and the drain go to the device, which flushes them.  On
+ *   soft-iWARP the stream's end moves the QP to ERR and flushes its rings then; what is posted
+ *   after stays in them unflushed until the drain, whose flushes of ours cover it.
  */
 
 /*
@@ -256,7 +258,12 @@ struct qsm_fabric_ops {
 	int (*accept)(struct qsm_fid *id, const void *pdata, size_t len);
 	int (*reject)(struct qsm_fid *id, const void *pdata, size_t len);
 	int (*disconnect)(struct qsm_fid *id);
-	/* Move the QP to ERR and post a marker; DRAINED comes when its flush completion does. */
+	/* Move the QP to ERR; DRAINED comes once every WR posted before completed.  rdmacm: on IB
+	 * and RoCE a marker posted after, whose flush completion (behind the rest) is DRAINED; on
+	 * iWARP (the device's transport type), where a post in ERR is not flushed (soft-iWARP never
+	 * does), the first poll after the drain that finds the QP's CQ empty (siw writes a QP's
+	 * flushes into its CQ as the QP enters ERR); what is left on the QP then is flushed by the
+	 * fabric, as after a marker (src/fabric/rdmacm/drain.c). */
 	int (*drain)(struct qsm_fid *id);
 	/* The WRs still outstanding on the id's QP, each work queue's in post order, taken now as
 	 * completions, at most max: what the fabric already holds for them as it is, the rest

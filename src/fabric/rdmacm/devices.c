@@ -332,12 +332,17 @@ void qsm_rc_cq_events(struct qsm_fdev *d)
 				f->hot_idle /= 2;
 			f->cold_calls = 0;
 		}
-		if (!c->hot) {
-			c->hot = true;
-			c->idle = 0;
-			qsm_rc_hot_changed(d->fab, 1);
-		}
+		qsm_rc_cq_heat(d->fab, c);
 	}
+}
+
+void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c)
+{
+	if (c->hot)
+		return;
+	c->hot = true;
+	c->idle = 0;
+	qsm_rc_hot_changed(f, 1);
 }
 
 int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)

@@ -355,6 +355,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	qsm_list_init(&f->ids);
 	qsm_list_init(&f->devs);
 	qsm_list_init(&f->lq);
+	qsm_list_init(&f->dq);
 	qsm_rc_table_init(&f->qpt);
 	qsm_rc_table_init(&f->srqt);
 	f->hot_idle = CQ_HOT_IDLE_POLLS;

@@ -1,5 +1,6 @@
 /* rdma-qsm internal: what the files of the rdmacm fabric share: its objects (fabric, device, id)
- * and the calls between its layers, ops -> ids -> verbs -> devices -> pins, pending; none upward. */
+ * and the calls between its layers, ops -> ids -> verbs -> drain -> devices -> pins, pending; none
+ * upward. */
 #ifndef QSM_FABRIC_RDMACM_H
 #define QSM_FABRIC_RDMACM_H
 
@@ -110,6 +111,7 @@ struct rc_cq {
 	                                    next get_event, unarmed, until polls find none */
 	unsigned idle;                   /* polls in a row that found none, while hot */
 	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
+	unsigned drains;                 /* QPs in rc_fabric.dq waiting for a poll to find it empty */
 	unsigned empty_ticks;            /* ticks (1 s) seen while it had no QP */
 };
 
@@ -194,6 +196,8 @@ struct qsm_fid {
 	bool last_wqe;                   /* on an SRQ: LAST_WQE came for this QP */
 	bool on_lq;                      /* in rc_fabric.lq: flushes of ours to hand out */
 	struct qsm_list lq_node;
+	bool on_dq;                      /* in rc_fabric.dq: an iWARP drain waiting for its CQ */
+	struct qsm_list dq_node;
 	uint64_t qp_key;                 /* its slot in rc_fabric.qpt and its generation, as tags
 	                                    carry them */
 	struct qsm_fsrq *srq;            /* its receives come from this SRQ, or NULL */
@@ -215,6 +219,9 @@ struct rc_fabric {
 	/* QPs with flushes of ours to hand out (and maybe DRAINED after them), made in this
 	 * fabric's thread only: no lock, nothing allocated (they come from the QPs' rings). */
 	struct qsm_list lq;
+	/* QPs drained on an iWARP device (qsm_rc_drain): each is drained once a poll finds its CQ
+	 * empty, as its marker's completion would say on another device. */
+	struct qsm_list dq;
 	/* A list's WRs for its one doorbell, with QSM_FABRIC_MAX_SGE SGEs each: built here, where no
 	 * post allocates, for the longest send queue of the fabric's QPs (posts are never
 	 * concurrent: one fabric, one thread), so a QP carries none of its own. */
@@ -361,6 +368,8 @@ void qsm_rc_cq_put(struct qsm_fdev *d, struct rc_cq *c, int wrs);
 bool qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
 /* The completion channel read dry: every CQ that fired is acked and goes hot. */
 void qsm_rc_cq_events(struct qsm_fdev *d);
+/* The CQ polled at the next get_event, without waiting for its event. */
+void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c);
 /* Up to max completions of a hot CQ; one found empty is re-armed and polled once more, and
  * goes cold if that finds none either. */
 int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max);
@@ -405,14 +414,12 @@ void qsm_rc_addrs_new(struct rc_fabric *f, const struct sockaddr_storage *addrs,
 void qsm_rc_timer_fired(struct rc_fabric *f);
 void qsm_rc_timer_run(struct rc_fabric *f, uint64_t n, uint64_t now);
 
-/* ---- verbs.c: QPs, posts, completions, the drain marker, flushes; mr.c: MRs ---- */
+/* ---- verbs.c: QPs, posts, completions; mr.c: MRs ---- */
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
 void qsm_rc_destroy_qp(struct qsm_fid *id);
-int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
 int qsm_rc_notify(struct qsm_fid *id);
-int qsm_rc_drain(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);
 int qsm_rc_dereg_mr(struct qsm_fmr *m);
@@ -423,23 +430,39 @@ int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struc
 int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, int *posted);
 int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric_sge *sg_list,
 		     int num_sge);
-/* The QP is known to be in ERR: WRs posted since that nothing on the QP precedes any more
- * are flushed by us, in order (handed out from lq). */
-void qsm_rc_wq_flush_heads(struct qsm_fid *id);
 /* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
 enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
-/* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
-void qsm_rc_last_wqe(struct qsm_fid *id);
 /* Completions of the hot CQs, up to max, straight into cqe[] (wr_id -> WR in O(1)). */
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
-/* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);
- * -EAGAIN when lq is empty. */
-int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max);
 /* Bytes the fabric holds for one QP of these caps (the id, its table entry, its rings). */
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
 /* The fabric's list of WRs for posts, freed with the fabric. */
 void qsm_rc_send_lists_free(struct rc_fabric *f);
+
+/* ---- drain.c: the drain, and the flushes we make (below verbs.c) ---- */
+
+/* ERR, and DRAINED once every WR posted before completed (a marker; on iWARP a poll that finds
+ * the QP's CQ empty). */
+int qsm_rc_drain(struct qsm_fid *id);
+/* The drain's marker came (or its CQ was found empty): the rest is flushed by us, DRAINED next. */
+void qsm_rc_marker_came(struct qsm_fid *id);
+/* A poll found CQ c empty: every iWARP drain waiting on it is where its marker would be. */
+void qsm_rc_cq_found_empty(struct rc_fabric *f, struct rc_cq *c);
+int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
+/* n WRs of work queue q posted to a QP known to be in ERR: kept for our flush (0, or -ENOMEM
+ * and none kept); a list wr[0..n), or (wr NULL) one receive of recv_wr_id. */
+int qsm_rc_post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, int n, uint64_t recv_wr_id);
+/* The QP is known to be in ERR: WRs posted since that nothing on the QP precedes any more
+ * are flushed by us, in order (handed out from lq). */
+void qsm_rc_wq_flush_heads(struct qsm_fid *id);
+/* LAST_WQE came for a QP on an SRQ: its DRAINED may follow. */
+void qsm_rc_last_wqe(struct qsm_fid *id);
+/* lq: our flushes, up to max, in each QP's order (> 0); DRAINED in *ev after a QP's last (0);
+ * -EAGAIN when lq is empty. */
+int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max);
+/* The QP is being destroyed: its late WRs freed (no completion: the contract), off lq and dq. */
+void qsm_rc_flushes_forget(struct qsm_fid *id);
 
 /* ---- table.c: the lookups of completions ---- */
 

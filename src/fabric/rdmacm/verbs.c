@@ -1,160 +1,11 @@
 /* rdma-qsm: the data path of the rdmacm fabric: QPs on the CQs of a device's pool, posts into
- * per-QP rings, completions polled in batches straight to the caller (wr_id -> WR in O(1)), the
- * drain marker, and the flushes the provider does not make. */
+ * per-QP rings, completions polled in batches straight to the caller (wr_id -> WR in O(1));
+ * the drain and the flushes the provider does not make are drain.c's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "fabric/rdmacm/rdmacm.h"
 #include "fabric/rdmacm/wc.h"
-
-/* A WR posted once the QP was known to be in ERR: flushed by us, behind the ring. */
-struct rc_late {
-	struct qsm_list node;
-	uint64_t wr_id;
-	uint8_t opcode;
-	uint8_t wq;
-};
-
-/* ---- lq: the flushes we make, handed out in each QP's order ---- */
-
-static void lq_add(struct qsm_fid *id)
-{
-	struct rc_fabric *f = id->fab;
-
-	if (id->on_lq)
-		return;
-	if (qsm_list_empty(&f->lq))
-		qsm_rc_hot_changed(f, 1);
-	id->on_lq = true;
-	qsm_list_add_tail(&f->lq, &id->lq_node);
-}
-
-static void lq_del(struct qsm_fid *id)
-{
-	struct rc_fabric *f = id->fab;
-
-	if (!id->on_lq)
-		return;
-	id->on_lq = false;
-	qsm_list_del(&id->lq_node);
-	if (qsm_list_empty(&f->lq))
-		qsm_rc_hot_changed(f, -1);
-}
-
-/* A late WR of this work queue may be flushed now: nothing of it is left on the QP. */
-static bool late_due(const struct qsm_fid *id, int q)
-{
-	return id->flush_all || id->wq[q].head == id->wq[q].tail;
-}
-
-void qsm_rc_wq_flush_heads(struct qsm_fid *id)
-{
-	if (!qsm_list_empty(&id->late) && (late_due(id, WQ_SEND) || late_due(id, WQ_RECV)))
-		lq_add(id);
-}
-
-static void flush_cqe(struct qsm_fid *id, struct qsm_fabric_cqe *out, uint64_t wr_id, uint8_t opcode)
-{
-	id->fab->wc_synth++;
-	out->owner = id->owner;
-	out->id = id;
-	out->wc = (struct qsm_fabric_wc){ .wr_id = wr_id, .status = QSM_WC_WR_FLUSH_ERR,
-					  .opcode = (enum qsm_wr_opcode)opcode };
-}
-
-void qsm_rc_last_wqe(struct qsm_fid *id)
-{
-	id->last_wqe = true;
-	if (id->drained_due)
-		lq_add(id);
-}
-
-/* The next flush of ours for the QP: what the drain left on the QP, then the late WRs in post
- * order, each once its work queue has nothing left on the QP.  1, or 0 when none is due. */
-static int synth_one(struct qsm_fid *id, struct qsm_fabric_cqe *out)
-{
-	struct qsm_list *pos, *tmp;
-
-	for (int q = WQ_SEND; q <= WQ_RECV && id->flush_all; q++) {
-		struct rc_wq *w = &id->wq[q];
-
-		while (w->head != w->tail) {
-			struct rc_slot *s = &w->ring[w->head++ & w->mask];
-
-			/* before the marker, which completed: an unsignaled send is done */
-			if (q == WQ_SEND && !s->signaled)
-				continue;
-			flush_cqe(id, out, s->wr_id, s->opcode);
-			return 1;
-		}
-	}
-	qsm_list_each(pos, tmp, &id->late) {
-		struct rc_late *l = qsm_container_of(pos, struct rc_late, node);
-
-		if (!late_due(id, l->wq))
-			continue;
-		flush_cqe(id, out, l->wr_id, l->opcode);
-		qsm_list_del(&l->node);
-		free(l);
-		return 1;
-	}
-	return 0;
-}
-
-int qsm_rc_lq_take(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe, int max)
-{
-	int n = 0;
-
-	while (!qsm_list_empty(&f->lq)) {
-		struct qsm_fid *id = qsm_container_of(f->lq.next, struct qsm_fid, lq_node);
-
-		while (n < max && synth_one(id, &cqe[n]))
-			n++;
-		if (n == max)
-			return n;   /* the QP may have more: it stays first */
-		if (id->drained_due && id->srq && !id->last_wqe) {
-			/* on an SRQ the QP is drained once it also takes no more of the SRQ's
-			 * receives (the kernel's ib_drain_qp waits for LAST_WQE too) */
-			lq_del(id);
-			continue;
-		}
-		if (id->drained_due) {
-			if (n)
-				return n;   /* DRAINED after the completions, alone */
-			id->drained_due = false;
-			lq_del(id);
-			memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
-			ev->event = QSM_EV_DRAINED;
-			ev->id = id;
-			ev->owner = id->owner;
-			ev->device = id->dev;
-			return 0;
-		}
-		lq_del(id);
-	}
-	return n ? n : -EAGAIN;
-}
-
-/*
- * What the QP still holds, taken now (a drain ended by its timeout, a device removal): every WR
- * on its work queues and every late one, as our flushes, in post order.  flush_all stays set
- * until the QP is destroyed, so whatever the device reports for them meanwhile is stale
- * (wc_take), and no DRAINED follows: the runtime is done waiting for one.
- */
-int qsm_rc_flush_qp(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max)
-{
-	int n = 0;
-
-	if (!id || !qsm_rc_fid_has_qp(id))
-		return 0;
-	id->flush_all = true;
-	id->draining = id->drained_due = false;
-	while (n < max && synth_one(id, &cqe[n]))
-		n++;
-	if (n < max)
-		lq_del(id);   /* nothing left of it for qsm_rc_lq_take */
-	return n;
-}
 
 /* ---- completions ---- */
 
@@ -175,13 +26,8 @@ static __attribute__((noinline)) int wc_take_other(struct rc_fabric *f, const st
 		return 1;
 	}
 	id = qsm_rc_table_find(&f->qpt, wc->wr_id);
-	if (id && id->qp_num == wc->qp_num && id->draining) {
-		id->draining = false;
-		id->qp_err = true;
-		id->flush_all = true;
-		id->drained_due = true;
-		lq_add(id);
-	}
+	if (id && id->qp_num == wc->qp_num && id->draining)
+		qsm_rc_marker_came(id);
 	return 0;
 }
 
@@ -320,11 +166,11 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 			continue;
 		qsm_list_each(pos, tmp, &d->cqs) {
 			struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
-			int room = max - n, got;
+			int room = max - n, want = room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH, got;
 
 			if (!c->hot)
 				continue;
-			got = qsm_rc_cq_poll(d, c, wc, room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH);
+			got = qsm_rc_cq_poll(d, c, wc, want);
 			if (got > 0) {
 				/* a pointer that moves on by what each completion wrote (0 or 1), not
 				 * cqe[n] computed again per completion */
@@ -335,6 +181,10 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 					out += wc_take(f, w, out, &last);
 				while (++w != end);
 				n = (int)(out - cqe);
+			}
+			if (__builtin_expect(c->drains != 0, 0) && got >= 0 && got < want) {
+				qsm_rc_cq_found_empty(f, c);
+				last.hi = UINT64_MAX;   /* those QPs' reports are ours now (flush_all) */
 			}
 			if (n == max) {
 				/* full: this CQ and device go last, so the others are polled first next
@@ -422,18 +272,12 @@ void qsm_rc_send_lists_free(struct rc_fabric *f)
 	f->swr_cap = 0;
 }
 
-/* What the QP had of ours: rings, late WRs (no completion for them: the contract), lq. */
+/* What the QP had of ours: rings, late WRs (no completion for them: the contract), lq, dq. */
 static void qp_state_free(struct qsm_fid *id)
 {
-	struct qsm_list *pos, *tmp;
-
-	qsm_list_each(pos, tmp, &id->late) {
-		qsm_list_del(pos);
-		free(qsm_container_of(pos, struct rc_late, node));
-	}
+	qsm_rc_flushes_forget(id);
 	wq_fini(&id->wq[WQ_SEND]);
 	wq_fini(&id->wq[WQ_RECV]);
-	lq_del(id);
 	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = id->last_wqe = false;
 }
 
@@ -535,38 +379,6 @@ void qsm_rc_destroy_qp(struct qsm_fid *id)
 	qsm_rc_dev_settle(d);
 }
 
-int qsm_rc_drain(struct qsm_fid *id)
-{
-	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
-	struct ibv_qp *qp;
-	uint64_t tag;
-	int r;
-
-	if (!id || !qsm_rc_fid_has_qp(id))
-		return -EINVAL;
-	qp = id->cm->qp;
-	tag = TAG_MARKER | id->qp_key;
-	r = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
-	if (r)
-		return -r;
-	id->qp_err = true;
-	/* The marker flushes behind everything posted before it: a send first, because the
-	 * send queue flushes on every provider; a receive if the send queue is full. */
-	{
-		struct ibv_send_wr swr = { .wr_id = tag, .opcode = IBV_WR_SEND,
-					   .send_flags = IBV_SEND_SIGNALED }, *bad_s;
-		struct ibv_recv_wr rwr = { .wr_id = tag }, *bad_r;
-
-		r = ibv_post_send(qp, &swr, &bad_s);
-		if (r)
-			r = ibv_post_recv(qp, &rwr, &bad_r);
-	}
-	if (r)
-		return -r;
-	id->draining = true;
-	return 0;
-}
-
 static int send_opcode(enum qsm_wr_opcode op)
 {
 	switch (op) {
@@ -608,45 +420,6 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 	}
 }
 
-/* A WR posted to a QP known to be in ERR: not given to the QP (rxe 6.1 may never flush a
- * receive posted in ERR), flushed by us behind what the work queue still holds. */
-static struct rc_late *late_new(int q, uint64_t wr_id, enum qsm_wr_opcode op)
-{
-	struct rc_late *l = qsm_pending_alloc(sizeof(*l));
-
-	if (l) {
-		l->wr_id = wr_id;
-		l->opcode = (uint8_t)op;
-		l->wq = (uint8_t)q;
-	}
-	return l;
-}
-
-static int post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, int n, uint64_t recv_wr_id)
-{
-	struct qsm_list list, *pos, *tmp;
-
-	qsm_list_init(&list);
-	for (int i = 0; i < n; i++) {
-		struct rc_late *l = late_new(q, wr ? wr[i].wr_id : recv_wr_id, wr ? wr[i].opcode : QSM_WR_RECV);
-
-		if (!l) {
-			qsm_list_each(pos, tmp, &list) {
-				qsm_list_del(pos);
-				free(qsm_container_of(pos, struct rc_late, node));
-			}
-			return -ENOMEM;
-		}
-		qsm_list_add_tail(&list, &l->node);
-	}
-	qsm_list_each(pos, tmp, &list) {
-		qsm_list_del(pos);
-		qsm_list_add_tail(&id->late, pos);
-	}
-	qsm_rc_wq_flush_heads(id);
-	return 0;
-}
-
 /*
  * The list wr[0..n) with one doorbell.  The WRs were checked at the runtime's door
  * (src/data/post.c); here only the QP's state and room (-EINVAL before RTS, -ENOBUFS, -ENOMEM
@@ -678,7 +451,7 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 	if (!n)
 		return 0;
 	if (id->qp_err) {
-		ret = post_late(id, WQ_SEND, wr, n, 0);
+		ret = qsm_rc_post_late(id, WQ_SEND, wr, n, 0);
 		if (!ret && posted)
 			*posted = n;
 		return ret;
@@ -714,7 +487,7 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 	if (!id || !qsm_rc_fid_has_qp(id) || id->srq)
 		return -EINVAL;   /* a QP on an SRQ has no receive queue: it takes the SRQ's */
 	if (id->qp_err)
-		return post_late(id, WQ_RECV, NULL, 1, wr_id);
+		return qsm_rc_post_late(id, WQ_RECV, NULL, 1, wr_id);
 	w = &id->wq[WQ_RECV];
 	if (w->tail - w->head >= w->cap)
 		return -ENOBUFS;
@@ -750,7 +523,7 @@ int qsm_rc_bind_mw(struct qsm_fid *id, uint64_t wr_id, struct qsm_fmw *mw, struc
 	if (!id || !rkey || !qsm_rc_fid_has_qp(id))
 		return -EINVAL;
 	if (id->qp_err)
-		return post_late(id, WQ_SEND, &(struct qsm_fabric_wr){ .wr_id = wr_id,
+		return qsm_rc_post_late(id, WQ_SEND, &(struct qsm_fabric_wr){ .wr_id = wr_id,
 								     .opcode = QSM_WR_BIND_MW }, 1, 0);
 	if (!id->qp_rts)
 		return -EINVAL;   /* as post_send: rxe would queue it before RTS */
