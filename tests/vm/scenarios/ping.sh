@@ -1,5 +1,4 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: libsiw never flushes the drain marker posted after ERR, every close ends by the drain timeout; tests/vm/README.md)
 # VM scenario: the data path of the rdmacm fabric, with examples/qsm-ping speaking rping's wire
 # protocol (send/recv + RDMA READ + RDMA WRITE), on soft-RoCE:
 #   1. qsm-ping client  against rdma-core's rping server        (3 pings, payload validated; at
