@@ -405,6 +405,87 @@ START_TEST(test_device_removal_in_reconnect_gap_releases_device)
 }
 END_TEST
 
+/* The second path's address, for the queues that fail over to it (qsm_conn_set_dst). */
+static struct sockaddr_in addr_b;
+
+static int fail_over_to_b(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	note_device_removed(q, ev);
+	return qsm_conn_set_dst(q, (struct sockaddr *)&addr_b, NULL) == 0 ? 0 : -1;
+}
+
+/* Edges of the client ctx's queues of class "client" (qb) and "failover" (qa), from the trace. */
+static int client_class_edges, failover_class_edges;
+
+static void count_client_class_edges(const struct qsm_trace_record *r, void *arg)
+{
+	(void)arg;
+	client_class_edges += r->class_name && !strcmp(r->class_name, "client");
+	failover_class_edges += r->class_name && !strcmp(r->class_name, "failover");
+}
+
+static const struct qsm_class failover_class = {
+	.name = "failover",
+	.super = &client_class,
+	.device_removed = fail_over_to_b,
+};
+
+START_TEST(test_queue_fails_over_to_another_device_through_set_dst_and_the_others_take_no_edge)
+{
+	struct qsm_listener *la = listen_server(), *lb;
+	struct qsm_conn *qa, *qb;
+	uint64_t transitions;
+
+	addr_b = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
+	inet_pton(AF_INET, "198.51.100.1", &addr_b.sin_addr);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "198.51.100.1"), 0);
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr_b, .cls = &server_class }, &lb), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &failover_class,
+		.dst = (struct sockaddr *)&addr, .private_data = "LOGIN a", .private_data_len = 7,
+		.policy = { .initial_delay_ms = 10 } }, &qa), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &client_class,
+		.dst = (struct sockaddr *)&addr_b, .private_data = "LOGIN b", .private_data_len = 7,
+		.policy = { .initial_delay_ms = 10 } }, &qb), 0);
+	qsm_conn_connect(qa);
+	qsm_conn_connect(qb);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(qa), QSM_CM_LIVE);
+	ck_assert_int_eq(qsm_conn_state(qb), QSM_CM_LIVE);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 2);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_LIVE], 2);
+	transitions = COUNT(cctx, transitions);
+	client_class_edges = 0;
+	qsm_ctx_set_trace(cctx, count_client_class_edges, NULL);
+
+	/* sim0 goes: qa reconnects through sim1 without sim0 ever coming back */
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	pump(20);
+	ck_assert_int_eq(seen.device_removed, 1);
+	ck_assert_int_eq(qsm_conn_state(qa), QSM_CM_LIVE);
+	ck_assert_int_eq(qsm_conn_state(qb), QSM_CM_LIVE);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_LIVE], 3);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_RECONNECT_WAIT], 1);
+	ck_assert_int_eq(qsm_listener_state(la), QSM_LISTENER_RELISTEN_WAIT);
+	ck_assert_int_eq(qsm_listener_state(lb), QSM_LISTENER_LISTENING);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 2);
+	/* qa's way back, and nothing else: LIVE -> RECONNECT_WAIT -> ADDR_RESOLVING ->
+	 * ROUTE_RESOLVING -> CONNECTING -> CONNECTED -> LIVE, and the device entry's removal */
+	ck_assert_int_eq(seen.unexpected, 0);
+	ck_assert_uint_gt(COUNT(cctx, transitions), transitions);
+	ck_assert_int_eq(client_class_edges, 0);
+	ck_assert_int_eq(failover_class_edges, 6);
+	qsm_ctx_set_trace(cctx, NULL, NULL);
+
+	/* its own address again for the next attempt; a passive queue has none to set */
+	ck_assert_int_eq(qsm_conn_set_dst(qa, (struct sockaddr *)&addr, (struct sockaddr *)&addr), 0);
+	ck_assert_int_eq(qsm_conn_set_dst(qa, (struct sockaddr *)&addr, NULL), 0);
+	ck_assert_int_eq(qsm_conn_set_dst(qa, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_set_dst(NULL, (struct sockaddr *)&addr, NULL), -EINVAL);
+	qsm_listener_destroy(lb);
+}
+END_TEST
+
 static int live_fails(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	note_enter(q, ev);
@@ -1154,6 +1235,7 @@ static Suite *runtime_suite(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_timer_heap_shrinks_back_after_its_queues_go);
+	tcase_add_test(t, test_queue_fails_over_to_another_device_through_set_dst_and_the_others_take_no_edge);
 	suite_add_tcase(s, t);
 	return s;
 }

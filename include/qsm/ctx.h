@@ -281,6 +281,9 @@ int qsm_conn_state(struct qsm_conn *q);
 const char *qsm_conn_state_name(struct qsm_conn *q);
 int qsm_conn_qp_state(struct qsm_conn *q);          /* enum qsm_qp_state; -ENOENT: no QP */
 int qsm_conn_attempts(struct qsm_conn *q);          /* failed attempts since last ESTABLISHED */
+/* Active queues: the address (and source, NULL: none) of the next connect attempt, e.g. another
+ * path's after DEVICE_REMOVAL; the attempt under way keeps its own.  Any state, handlers too. */
+int qsm_conn_set_dst(struct qsm_conn *q, const struct sockaddr *dst, const struct sockaddr *src);
 
 struct qsm_listener_opts {
 	uint32_t comp_mask;              /* 0 (see "Growing" above) */

@@ -108,6 +108,31 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 	return 0;
 }
 
+/* The address of the next attempt: the one under way (its id resolved already) is left alone,
+ * so a handler may call this in any state; a failover is the ULP's policy, not the library's. */
+int qsm_conn_set_dst(struct qsm_conn *q, const struct sockaddr *dst, const struct sockaddr *src)
+{
+	union qsm_addr d, s;
+	int r;
+
+	qsm_check(q && dst && !q->passive, -EINVAL);
+	qsm_check(!src || src->sa_family == dst->sa_family, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
+	if ((r = addr_copy(&d, dst)) < 0 || (src && (r = addr_copy(&s, src)) < 0))
+		return r;
+	if (src && !q->src && !(q->src = malloc(sizeof(*q->src))))
+		return -ENOMEM;
+	q->dst = d;
+	if (src) {
+		*q->src = s;
+	} else {
+		free(q->src);
+		q->src = NULL;
+	}
+	return 0;
+}
+
 /* Spawned on the listener's CONNECT_REQUEST: the new id becomes the queue's. */
 int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, void *user,
 			   const struct qsm_timeouts *timeouts, const struct qsm_item *it)
