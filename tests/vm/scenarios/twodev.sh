@@ -24,7 +24,8 @@ transport=${QSM_VM_TRANSPORT:-rxe}
 dev2=${transport}1
 addr2=198.51.100.1
 ip link add veth2 type veth peer name veth3 || fail "ip link add veth2 type veth"
-ip link set veth2 up && ip link set veth3 up || fail "ip link set veth2/veth3 up"
+ip link set veth2 up || fail "ip link set veth2 up"
+ip link set veth3 up || fail "ip link set veth3 up"
 ip addr add "$addr2/24" dev veth2 || fail "ip addr add $addr2/24 dev veth2"
 rdma link add "$dev2" type "$transport" netdev veth2 || fail "rdma link add $dev2 type $transport netdev veth2"
 end=$((${EPOCHREALTIME/[.,]/} + 10000000))
