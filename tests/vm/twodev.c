@@ -64,7 +64,7 @@ struct queue {
 	char rbuf[MSG_LEN], sbuf[MSG_LEN];
 };
 
-static struct sockaddr_in addr_a, addr_b;
+static struct sockaddr_storage addr_a, addr_b;
 static bool watching;               /* the windows in which no watched queue may take an edge */
 static bool sending = true;         /* step() sends every LIVE queue's next message */
 static unsigned server_edges[2], server_errors, server_echoes;
@@ -337,7 +337,7 @@ static bool wait_exchanged(struct world *w, unsigned from, unsigned to, const un
 	return false;
 }
 
-static int start(struct world *w, unsigned i, unsigned group, const struct sockaddr_in *dst)
+static int start(struct world *w, unsigned i, unsigned group, const struct sockaddr_storage *dst)
 {
 	struct queue *u = &w->u[i];
 
@@ -387,7 +387,7 @@ int main(int argc, char **argv)
 	const char *dev2 = vm_env("QSM_TWODEV_DEV2", "rxe1");
 	const char *ip_a = vm_env("QSM_VM_ADDR", "192.0.2.1"), *ip_b = vm_env("QSM_TWODEV_ADDR2", "198.51.100.1");
 	bool wildcard = strcmp(vm_env("QSM_TWODEV_LISTEN", "each"), "wildcard") == 0;
-	struct sockaddr_in any;
+	struct sockaddr_storage any;
 	struct qsm_listener *la = NULL, *lb = NULL;
 	struct qsm_counters cc, sc;
 	struct world w = { 0 };
@@ -416,7 +416,7 @@ int main(int argc, char **argv)
 		if (vm_listener_new(w.server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&any,
 				    .cls = &server_class, .backlog = 1024 }, "0.0.0.0", &la) < 0)
 			return 1;
-		printf("== one listener on 0.0.0.0:%u\n", ntohs(any.sin_port));
+		printf("== one listener on 0.0.0.0:%u\n", vm_addr_port(&any));
 	} else {
 		struct qsm_reconnect_policy relisten = { .initial_delay_ms = 200, .max_delay_ms = 500 };
 
@@ -425,8 +425,8 @@ int main(int argc, char **argv)
 		    vm_listener_new(w.server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&addr_b,
 				    .cls = &server_class, .backlog = 1024, .relisten = relisten }, ip_b, &lb) < 0)
 			return 1;
-		printf("== a listener on %s:%u (%s) and one on %s:%u (%s)\n", ip_a, ntohs(addr_a.sin_port), dev1,
-		       ip_b, ntohs(addr_b.sin_port), dev2);
+		printf("== a listener on %s:%u (%s) and one on %s:%u (%s)\n", ip_a, vm_addr_port(&addr_a), dev1,
+		       ip_b, vm_addr_port(&addr_b), dev2);
 	}
 
 	/* ---- connect: group A (u[0..n)) to device 1, group B (u[n..2n)) to device 2 ---- */

@@ -1,4 +1,5 @@
 #!/bin/bash
+# qsm-vm: families 4 (the second device's address, 198.51.100.1, is IPv4; a second IPv6 prefix is not set up yet)
 # VM scenario: two-device failover (tests/vm/twodev.c). A second netdev with its own address and a
 # second RDMA device on it, made here (guest/init brings up only the first): group A's queues on
 # device 1, group B's on device 2; `rdma link delete` of device 1: A's queues reconnect through
