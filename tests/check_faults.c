@@ -2037,6 +2037,33 @@ START_TEST(test_gid_change_is_the_device_entrys_edge)
 }
 END_TEST
 
+/* The timeouts a connect left behind (each state's, cancelled lazily when the state was left)
+ * cost an idle ctx one wake-up in all, not one each: the first stale key that comes due clears
+ * the rest, and the next timeout is then a timer that fires (none here: -1). */
+START_TEST(test_stale_timeouts_wake_an_idle_ctx_once)
+{
+	struct rec *c[4];
+	int t;
+
+	listen_server();
+	for (int i = 0; i < 4; i++) {
+		c[i] = new_client(0);
+		ck_assert_int_eq(qsm_conn_connect(c[i]->q), 0);
+		harness_settle(&world);
+		ck_assert_int_eq(qsm_conn_state(c[i]->q), QSM_CM_LIVE);
+		world.now_ns += 10 * MS;   /* each queue's CONNECTING key 10 ms after the last's */
+	}
+	t = qsm_ctx_next_timeout_ms(cctx);
+	ck_assert_int_gt(t, 0);              /* the first queue's: nothing will fire */
+	world.now_ns += (uint64_t)t * MS;
+	ck_assert_int_ge(qsm_ctx_dispatch(cctx, 0), 0);
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(cctx), -1);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(qsm_conn_state(c[i]->q), QSM_CM_LIVE);
+	finish();
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("faults");
@@ -2080,6 +2107,7 @@ static Suite *faults_suite(void)
 	tcase_add_test(r, test_stale_rejects_retry_fast_three_times_then_back_off);
 	tcase_add_test(r, test_a_fourth_stale_reject_in_a_row_waits_for_the_backoff);
 	tcase_add_test(r, test_gid_change_is_the_device_entrys_edge);
+	tcase_add_test(r, test_stale_timeouts_wake_an_idle_ctx_once);
 	suite_add_tcase(s, r);
 	return s;
 }
