@@ -357,3 +357,42 @@ enum vm_echo_result vm_echo_completion(struct qsm_conn *q, struct vm_echo *e, co
 		return VM_ECHO_POST_FAILED;
 	return VM_ECHO_SENT;
 }
+
+double vm_wait_all(struct qsm_ctx *a, struct qsm_ctx *b, struct qsm_conn **q, unsigned n, int state,
+		   int limit_ms)
+{
+	double t0 = vm_now();
+
+	while (vm_count_state(q, n, state) < n) {
+		if ((vm_now() - t0) * 1000 >= limit_ms)
+			return -1;
+		vm_pump(a, b);
+	}
+	return vm_now() - t0;
+}
+
+unsigned vm_echo_errors, vm_echo_sent;
+
+int vm_echo_server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	if (vm_echo_qp_ready(q, qsm_conn_priv(q)) < 0)
+		vm_echo_errors++;
+	return 0;
+}
+
+int vm_echo_server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
+{
+	switch (vm_echo_completion(q, qsm_conn_priv(q), wc)) {
+	case VM_ECHO_SENT:
+		vm_echo_sent++;
+		break;
+	case VM_ECHO_BAD_STATUS:
+	case VM_ECHO_POST_FAILED:
+		vm_echo_errors++;
+		break;
+	case VM_ECHO_NOTHING:
+		break;
+	}
+	return 0;
+}

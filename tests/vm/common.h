@@ -64,6 +64,9 @@ void vm_pump_for(struct qsm_ctx *a, struct qsm_ctx *b, int ms);
 
 /* How many of q[0..n) (NULL ones skipped) are in the active-queue state `state`. */
 unsigned vm_count_state(struct qsm_conn **q, unsigned n, int state);
+/* Pump until every one of q[0..n) is in `state`: the seconds it took, or -1 at limit_ms. */
+double vm_wait_all(struct qsm_ctx *a, struct qsm_ctx *b, struct qsm_conn **q, unsigned n, int state,
+		   int limit_ms);
 
 /* ---- commands run while dispatching ---- */
 
@@ -104,5 +107,11 @@ enum vm_echo_result {
 
 /* completion: echo a received message. */
 enum vm_echo_result vm_echo_completion(struct qsm_conn *q, struct vm_echo *e, const struct qsm_wc *wc);
+
+/* The echo server's class hooks, its struct vm_echo in qsm_conn_priv(): what they did, counted
+ * for the whole process (a failed post or an error completion, messages echoed). */
+extern unsigned vm_echo_errors, vm_echo_sent;
+int vm_echo_server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev);
+int vm_echo_server_completion(struct qsm_conn *q, const struct qsm_wc *wc);
 
 #endif

@@ -66,20 +66,6 @@ static void client_trace(const struct qsm_trace_record *r, void *arg)
 	vm_trace_print(r, arg);
 }
 
-/* Every queue in `state`, or the limit: the time it took, < 0 at the limit. */
-static double wait_all(struct qsm_ctx *server, struct qsm_ctx *client, struct qsm_conn **q, unsigned n,
-		       int state, int limit_ms)
-{
-	double t0 = vm_now();
-
-	while (vm_count_state(q, n, state) < n) {
-		if ((vm_now() - t0) * 1000 >= limit_ms)
-			return -1;
-		vm_pump(server, client);
-	}
-	return vm_now() - t0;
-}
-
 /*
  * The host loop a storage target runs: sleep on the ctx fds until one is readable or a ctx's
  * timer is due, then dispatch.  Every return of epoll_wait before the window's end is a
@@ -145,7 +131,7 @@ static bool delete_device(struct qsm_ctx *server, struct qsm_ctx *client, struct
 	vm_check(t >= 0 && vm_exit_code(st) == 0, "rdma link delete %s: %.3f s, exit %d", dev, t, vm_exit_code(st));
 	if (t < 0 || vm_exit_code(st))
 		return false;
-	t = wait_all(server, client, q, n, QSM_CM_RECONNECT_WAIT, GAP_LIMIT_MS);
+	t = vm_wait_all(server, client, q, n, QSM_CM_RECONNECT_WAIT, GAP_LIMIT_MS);
 	vm_check(t >= 0, "%u/%u client queues in RECONNECT_WAIT", vm_count_state(q, n, QSM_CM_RECONNECT_WAIT), n);
 	return t >= 0;
 }
@@ -219,7 +205,7 @@ int main(int argc, char **argv)
 				  .policy = { .initial_delay_ms = 1000, .max_delay_ms = 2000, .jitter_pct = 20 },
 				  .user = &u[i] }, i, &q[i]) < 0)
 			return 1;
-	t_connect = wait_all(server, client, q, n, QSM_CM_LIVE, CONNECT_LIMIT_MS);
+	t_connect = vm_wait_all(server, client, q, n, QSM_CM_LIVE, CONNECT_LIMIT_MS);
 	vm_check(t_connect >= 0, "%u/%u client queues LIVE after %.3f s", vm_count_state(q, n, QSM_CM_LIVE), n,
 		 t_connect);
 	if (vm_failures)
@@ -255,7 +241,7 @@ int main(int argc, char **argv)
 	t0 = vm_now();
 	t_add = vm_rdma_link_add(server, client, dev, netdev, CMD_LIMIT_MS, &st);
 	vm_check(t_add >= 0 && vm_exit_code(st) == 0, "rdma link add: %.3f s, exit %d", t_add, vm_exit_code(st));
-	t_relive = wait_all(server, client, q, n, QSM_CM_LIVE, RECONNECT_LIMIT_MS);
+	t_relive = vm_wait_all(server, client, q, n, QSM_CM_LIVE, RECONNECT_LIMIT_MS);
 	watching = false;
 	lat_add = added_latency("", "rdma link add", t0, t_add);
 	vm_check(t_relive >= 0, "%u/%u client queues LIVE again, %.3f s after rdma link add returned",
@@ -278,7 +264,7 @@ int main(int argc, char **argv)
 	added_at = 0;
 	t0 = vm_now();
 	t_addr = run_cmd(server, client, addr_add, &st);
-	t_relive2 = wait_all(server, client, q, n, QSM_CM_LIVE, RECONNECT_LIMIT_MS);
+	t_relive2 = vm_wait_all(server, client, q, n, QSM_CM_LIVE, RECONNECT_LIMIT_MS);
 	watching = false;
 	lat_addr = added_latency(" (address added after the device)", "ip addr add", t0, t_addr);
 	vm_check(t_relive2 >= 0, "%u/%u client queues LIVE again, %.3f s after ip addr add returned",

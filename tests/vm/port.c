@@ -89,19 +89,6 @@ static void trace(const struct qsm_trace_record *r, void *arg)
 	t->gid_change += !strcmp(r->kind, "device") && !strcmp(r->event, "GID_CHANGE");
 }
 
-static double wait_all(struct qsm_ctx *server, struct qsm_ctx *client, struct qsm_conn **q, unsigned n,
-		       int state, int limit_ms)
-{
-	double t0 = vm_now();
-
-	while (vm_count_state(q, n, state) < n) {
-		if ((vm_now() - t0) * 1000 >= limit_ms)
-			return -1;
-		vm_pump(server, client);
-	}
-	return vm_now() - t0;
-}
-
 /* `ip ARGS...` while both ctxs dispatch: 0, or -1 after a FAIL line. */
 static int ip_cmd(struct qsm_ctx *server, struct qsm_ctx *client, char *const argv[])
 {
@@ -153,7 +140,7 @@ int main(int argc, char **argv)
 				  .policy = { .initial_delay_ms = BACKOFF_MS, .max_delay_ms = BACKOFF_MS } },
 				  i, &q[i]) < 0)
 			return 1;
-	t = wait_all(server, client, q, n, QSM_CM_LIVE, CONNECT_LIMIT_MS);
+	t = vm_wait_all(server, client, q, n, QSM_CM_LIVE, CONNECT_LIMIT_MS);
 	vm_check(t >= 0, "%u/%u client queues LIVE after %.3f s", vm_count_state(q, n, QSM_CM_LIVE), n, t);
 	if (vm_failures)
 		goto out;
@@ -169,7 +156,7 @@ int main(int argc, char **argv)
 	vm_check(vm_count_state(q, n, QSM_CM_LIVE) == 0, "%u/%u client queues left LIVE within %d ms",
 		 n - vm_count_state(q, n, QSM_CM_LIVE), n, FAILOVER_LIMIT_MS);
 	printf("port_err failover_ms %.1f\n", t * 1000);
-	t = wait_all(server, client, q, n, QSM_CM_RECONNECT_WAIT, GAP_LIMIT_MS);
+	t = vm_wait_all(server, client, q, n, QSM_CM_RECONNECT_WAIT, GAP_LIMIT_MS);
 	vm_check(tallies[0].port_err_out_of_live + tallies[1].port_err_out_of_live >= n,
 		 "%u client and %u server queues took LIVE --PORT_ERR--> DRAINING (at least %u in all: one "
 		 "side of each connection), PORT_ERR edges in all: client %u, server %u",

@@ -230,39 +230,14 @@ static const struct qsm_class client_class = {
 	.release = client_release,
 };
 
-static unsigned server_errors, server_echoes;
-
-static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	(void)ev;
-	if (vm_echo_qp_ready(q, qsm_conn_priv(q)) < 0)
-		server_errors++;
-	return 0;
-}
-
-static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
-{
-	switch (vm_echo_completion(q, qsm_conn_priv(q), wc)) {
-	case VM_ECHO_SENT:
-		server_echoes++;
-		break;
-	case VM_ECHO_BAD_STATUS:
-	case VM_ECHO_POST_FAILED:
-		server_errors++;
-		break;
-	case VM_ECHO_NOTHING:
-		break;
-	}
-	return 0;
-}
 
 /* The server side: the base class (accepts every request), echoing every message. */
 static const struct qsm_class server_class = {
 	.name = "removal_server",
 	.super = &qsm_base_class,
 	.priv_size = sizeof(struct vm_echo),
-	.qp_ready = server_qp_ready,
-	.completion = server_completion,
+	.qp_ready = vm_echo_server_qp_ready,
+	.completion = vm_echo_server_completion,
 	.passive = {
 		[QSM_ACCEPT_ACCEPTING] = { .on_event = server_accepting_event },
 		[QSM_ACCEPT_LIVE] = { .on_event = server_live_event },
@@ -298,7 +273,7 @@ static void server_srq_low(struct qsm_srq *s)
 	for (unsigned i = 0; i < srq_n; i++) {
 		srq_posted[i] = false;   /* a new SRQ: the old one's went with it */
 		if (srq_post(s, i) < 0)
-			server_errors++;
+			vm_echo_errors++;
 	}
 }
 
@@ -308,7 +283,7 @@ static int server_srq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *
 
 	(void)ev;
 	if (!qsm_conn_srq(q) || vm_reg_buffer(q, &e->mr, e, sizeof(*e)) < 0)
-		server_errors++;
+		vm_echo_errors++;
 	return 0;
 }
 
@@ -319,14 +294,14 @@ static int server_srq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 
 	if (!(wc->wc_flags & QSM_WC_SRQ)) {   /* an echo's send */
 		if (wc->status != QSM_WC_SUCCESS && wc->status != QSM_WC_WR_FLUSH_ERR)
-			server_errors++;
+			vm_echo_errors++;
 		return 0;
 	}
 	srq_posted[wc->wr_id] = false;
 	if (wc->status == QSM_WC_WR_FLUSH_ERR)
 		return 0;
 	if (wc->status != QSM_WC_SUCCESS) {
-		server_errors++;
+		vm_echo_errors++;
 		return 0;
 	}
 	srq_recvs++;
@@ -336,9 +311,9 @@ static int server_srq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	/* the buffer back to the SRQ before the echo: the peer may send again at once */
 	if (srq_post(qsm_conn_srq(q), (unsigned)wc->wr_id) < 0 ||
 	    qsm_conn_post_send(q, VM_ECHO_WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
-		server_errors++;
+		vm_echo_errors++;
 	else
-		server_echoes++;
+		vm_echo_sent++;
 	return 0;
 }
 
@@ -442,8 +417,8 @@ static int serve_round(struct sockaddr_storage *addr, const char *ip, int up, in
 	vm_check(!spurious_accept_timeouts && !spurious_losses, "server: spurious teardowns %u (ACCEPTING timeouts "
 	         "%u, connections lost while connecting %u)", spurious_accept_timeouts + spurious_losses,
 	         spurious_accept_timeouts, spurious_losses);
-	vm_check(!sc.unexpected && !server_errors, "server: unexpected %llu, data path errors %u, echoed %u",
-	         (unsigned long long)sc.unexpected, server_errors, server_echoes);
+	vm_check(!sc.unexpected && !vm_echo_errors, "server: unexpected %llu, data path errors %u, echoed %u",
+	         (unsigned long long)sc.unexpected, vm_echo_errors, vm_echo_sent);
 	qsm_listener_destroy(l);
 	qsm_ctx_free(server);
 	fflush(stdout);
@@ -610,9 +585,9 @@ int main(int argc, char **argv)
 	if (vm_failures)
 		goto out;
 	t_data1 = wait_exchanged(server, client, u, n, 1);
-	vm_check(count_exchanged(u, n, 1) == n && !sum_errors(u, n) && !server_errors,
+	vm_check(count_exchanged(u, n, 1) == n && !sum_errors(u, n) && !vm_echo_errors,
 	         "%u/%u queues exchanged a message (send, echo, recv), %.3f s after all were LIVE; errors: client %u, server %u",
-	         count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), server_errors);
+	         count_exchanged(u, n, 1), n, t_data1, sum_errors(u, n), vm_echo_errors);
 	if (vm_failures)
 		goto out;
 
@@ -672,9 +647,9 @@ int main(int argc, char **argv)
 
 	/* ---- data again, on the new device ---- */
 	t_data2 = wait_exchanged(server, client, u, n, 2);
-	vm_check(count_exchanged(u, n, 2) == n && !sum_errors(u, n) && !server_errors,
+	vm_check(count_exchanged(u, n, 2) == n && !sum_errors(u, n) && !vm_echo_errors,
 	         "%u/%u queues exchanged a message again after the reconnect, %.3f s after all were LIVE; errors: client %u, "
-	         "server %u", count_exchanged(u, n, 2), n, t_data2, sum_errors(u, n), server_errors);
+	         "server %u", count_exchanged(u, n, 2), n, t_data2, sum_errors(u, n), vm_echo_errors);
 	if (vm_failures)
 		goto out;
 
@@ -740,8 +715,8 @@ int main(int argc, char **argv)
 		vm_check(!spurious, "spurious teardowns %u (passive ACCEPTING timeouts %u, connections lost "
 		         "while connecting %u, client lives beyond one per device %u)", spurious,
 		         spurious_accept_timeouts, spurious_losses, extra_lives);
-		vm_check(!sum_errors(u, n) && !server_errors, "no data path errors (client %u, server %u; "
-		         "server echoed %u messages)", sum_errors(u, n), server_errors, server_echoes);
+		vm_check(!sum_errors(u, n) && !vm_echo_errors, "no data path errors (client %u, server %u; "
+		         "server echoed %u messages)", sum_errors(u, n), vm_echo_errors, vm_echo_sent);
 		for (unsigned i = 0; i < n && vm_failures; i++)
 			if (!u[i].released || u[i].flushed_at_close != 2 || u[i].late ||
 			    u[i].errors)
@@ -759,8 +734,8 @@ int main(int argc, char **argv)
 		if (srq) {
 			vm_check(srq_lows == 2, "the SRQ was made twice, at the first QP and after the re-add "
 			         "(srq_low called %u times)", srq_lows);
-			vm_check(srq_recvs == server_echoes, "every SRQ receive echoed: %u received, %u echoed",
-			         srq_recvs, server_echoes);
+			vm_check(srq_recvs == vm_echo_sent, "every SRQ receive echoed: %u received, %u echoed",
+			         srq_recvs, vm_echo_sent);
 			vm_check(sc.srqs_live == 0, "the SRQ went with the last queue (%llu left)",
 			         (unsigned long long)sc.srqs_live);
 		}

@@ -67,7 +67,7 @@ struct queue {
 static struct sockaddr_storage addr_a, addr_b;
 static bool watching;               /* the windows in which no watched queue may take an edge */
 static bool sending = true;         /* step() sends every LIVE queue's next message */
-static unsigned server_edges[2], server_errors, server_echoes;
+static unsigned server_edges[2];
 static unsigned server_live[2];     /* passive queues in LIVE, by group */
 
 /* ---- the client ---- */
@@ -196,30 +196,6 @@ static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	return qsm_conn_accept(q, NULL, 0) < 0 ? -1 : 0;
 }
 
-static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
-{
-	(void)ev;
-	if (vm_echo_qp_ready(q, qsm_conn_priv(q)) < 0)
-		server_errors++;
-	return 0;
-}
-
-static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
-{
-	switch (vm_echo_completion(q, qsm_conn_priv(q), wc)) {
-	case VM_ECHO_SENT:
-		server_echoes++;
-		break;
-	case VM_ECHO_BAD_STATUS:
-	case VM_ECHO_POST_FAILED:
-		server_errors++;
-		break;
-	case VM_ECHO_NOTHING:
-		break;
-	}
-	return 0;
-}
-
 static int server_edge(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct passive *p = qsm_conn_priv(q);
@@ -251,8 +227,8 @@ static struct qsm_class server_class = {
 	.name = "twodev_server",
 	.super = &qsm_base_class,
 	.priv_size = sizeof(struct passive),
-	.qp_ready = server_qp_ready,
-	.completion = server_completion,
+	.qp_ready = vm_echo_server_qp_ready,
+	.completion = vm_echo_server_completion,
 	.unexpected = server_edge,
 };
 
@@ -441,9 +417,9 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < 2 * n; i++)
 		on_dev += !strcmp(w.u[i].dev[0], i < n ? dev1 : dev2);
 	vm_check(on_dev == 2 * n, "%u/%u queues on their group's device (A on %s, B on %s)", on_dev, 2 * n, dev1, dev2);
-	vm_check(wait_exchanged(&w, 0, 2 * n, base, 2) && !SUM(&w, 0, 2 * n, errors) && !server_errors,
+	vm_check(wait_exchanged(&w, 0, 2 * n, base, 2) && !SUM(&w, 0, 2 * n, errors) && !vm_echo_errors,
 	         "every queue exchanged 2 messages; errors: client %u, server %u", SUM(&w, 0, 2 * n, errors),
-	         server_errors);
+	         vm_echo_errors);
 	if (vm_failures)
 		goto out;
 
@@ -509,7 +485,7 @@ int main(int argc, char **argv)
 	       per_queue[n / 2], per_queue[n - 1]);
 	/* group A exchanges on device 2: the data path follows the failover */
 	vm_check(wait_exchanged(&w, 0, n, base, 1), "every group A queue exchanged again through %s (server "
-	         "errors so far %u)", dev2, server_errors);
+	         "errors so far %u)", dev2, vm_echo_errors);
 	client_edges_b = SUM(&w, n, 2 * n, edges);
 	vm_check(!client_edges_b && !server_edges[GROUP_B], "group B took no edge during the removal: client %u, "
 	         "server %u (group A's server side %u, its queues closed with %s)", client_edges_b,
@@ -580,7 +556,7 @@ int main(int argc, char **argv)
 	t0 = vm_now();
 	while (count_flag(&w, offsetof(struct queue, inflight)) && (vm_now() - t0) * 1000 < EXCHANGE_LIMIT_MS)
 		vm_pump(w.server, w.client);
-	printf("== %u queues disconnect (server errors so far %u)\n", w.n, server_errors);
+	printf("== %u queues disconnect (server errors so far %u)\n", w.n, vm_echo_errors);
 	for (unsigned i = 0; i < w.n; i++)
 		if (w.u[i].q && qsm_conn_disconnect(w.u[i].q) < 0)
 			w.u[i].errors++;
@@ -599,8 +575,8 @@ int main(int argc, char **argv)
 	         "left (%.3f s)", count_released(&w), w.n, (unsigned long long)sc.queues_live, vm_now() - t0);
 	vm_check(!lost && !unmatched, "completions lost %u: every WR completed exactly once (client posted %u, "
 	         "completed %u; %u queues off)", lost, SUM(&w, 0, w.n, posted), SUM(&w, 0, w.n, completed), unmatched);
-	vm_check(!SUM(&w, 0, w.n, errors) && !server_errors, "no data path errors (client %u, server %u; the server "
-	         "echoed %u messages)", SUM(&w, 0, w.n, errors), server_errors, server_echoes);
+	vm_check(!SUM(&w, 0, w.n, errors) && !vm_echo_errors, "no data path errors (client %u, server %u; the server "
+	         "echoed %u messages)", SUM(&w, 0, w.n, errors), vm_echo_errors, vm_echo_sent);
 
 out:
 	qsm_ctx_counters(w.server, &sc, sizeof(sc));
