@@ -86,7 +86,10 @@ struct plan {
 	bool called;            /* the call was made (its side's handler) */
 	double called_at;
 	bool seen;              /* its edge is in the side's trace */
+	bool disc_first;        /* C_HOLD: DISCONNECTED left its state once the device was going */
 };
+
+static bool removing;           /* rdma link delete has started (phase 2) */
 
 #define CLIENT(s, c, r) { .server = false, .state = QSM_CM_##s, .call = C_##c, .route = R_##r }
 #define SERVER(s, c, r) { .server = true, .state = QSM_ACCEPT_##s, .call = C_##c, .route = R_##r }
@@ -157,6 +160,13 @@ static void seen(const struct qsm_trace_record *r, void *arg)
 		    !strcmp(r->from, qsm_state_name(m, p->state)) &&
 		    !strcmp(r->event, qsm_event_name(call_event[p->call])))
 			p->seen = true;
+		/* The kernel tears a device's ids down in no order it promises: the peer's id on the
+		 * same rxe device may go first, its DREQ reaching this one as DISCONNECTED before
+		 * this one's DEVICE_REMOVAL (seen once in 43 runs, server CONNECTED over IPv6). */
+		if (removing && p->call == C_HOLD && (p->server || p->listener) == server && !p->seen &&
+		    !strcmp(r->kind, kind_of(p)) && !strcmp(r->from, qsm_state_name(m, p->state)) &&
+		    !strcmp(r->event, qsm_event_name(QSM_EV_DISCONNECTED)))
+			p->disc_first = true;
 	}
 }
 
@@ -485,6 +495,7 @@ int main(int argc, char **argv)
 	}
 	vm_pump_for(server, client, 500);   /* nothing more comes: every one waits */
 	show_pending();
+	removing = true;
 	t0 = vm_rdma_link_delete(server, client, dev, 60000, &st);
 	vm_check(t0 >= 0 && vm_exit_code(st) == 0, "rdma link delete %s: %.3f s, exit %d", dev, t0,
 		 vm_exit_code(st));
@@ -519,7 +530,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < NPLANS; i++) {
 		const struct plan *p = &plans[i];
 		enum qsm_machine m = machine_of(p);
-		bool excused = !p->seen && siw && p->call == C_BAD_SEND && p->called;
+		bool excused = !p->seen && ((siw && p->call == C_BAD_SEND && p->called) || p->disc_first);
 
 		taken += p->seen;
 		overtaken += excused;
@@ -528,7 +539,8 @@ int main(int argc, char **argv)
 			       qsm_machine_name(m),
 			       qsm_state_name(m, p->state), qsm_event_name(call_event[p->call]),
 			       p->called ? "made" : "never made",
-			       excused ? ": siw's DISCONNECTED came first" : "");
+			       !excused ? "" : p->disc_first ? ": the peer's DISCONNECTED came first (its id went first)" :
+			       ": siw's DISCONNECTED came first");
 	}
 	printf("edges driven %u/%zu\n", taken, NPLANS);
 	vm_check(taken + overtaken == NPLANS, "every plan's edge taken on the real stack (%u of %zu, %u overtaken)",
