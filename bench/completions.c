@@ -13,7 +13,8 @@
 /*
  * The fake provider and the fabric over it: fake_rdmacm.h.  Receives posted by
  * qsm_conn_post_recv(), completions taken by qsm_ctx_dispatch() -> rc_get_event ->
- * qsm_rc_poll_cqs -> wc_take -> conn_complete -> the class's handler.  A CQ that went cold
+ * qsm_rc_poll_cqs -> wc_take -> the class's handler, straight from the poll (an error or an
+ * SRQ receive would go through the batch, conn_complete).  A CQ that went cold
  * between two rounds is made hot again as its channel's event would (not counted).
  *
  * Both sides post a round of receives, then drain them; only the drain is measured.
@@ -142,7 +143,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	printf("rdma-qsm completions benchmark: receives completed through the rdmacm fabric\n"
-	       "(rc_get_event -> qsm_rc_poll_cqs -> wc_take -> conn_complete) to the class's handler,\n"
+	       "(rc_get_event -> qsm_rc_poll_cqs -> wc_take) straight to the class's handler,\n"
 	       "against a raw `n = ibv_poll_cq(cq, 16, wc); for each: handler(wc)` loop; the same fake\n"
 	       "provider (ibv_context ops: poll_cq, post_recv), the same handler work, one live queue,\n"
 	       "rounds of %d receives posted then drained (the drain timed), same run; best of 3;\n"

@@ -3,6 +3,7 @@
 #ifndef QSM_BENCH_FAKE_RDMACM_H
 #define QSM_BENCH_FAKE_RDMACM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <qsm/ctx.h>
@@ -38,6 +39,12 @@ struct fake_prov {
 	struct ibv_wc tmpl[FAKE_ROUND];     /* what arrives, by post seq */
 	uint64_t posted[FAKE_ROUND];        /* wr_ids of receives posted, not yet completed */
 	uint64_t head, tail;
+	/* Sends posted (the drain's marker among them), completed after the receives posted
+	 * before them are; the QP moved to ERR (ibv_modify_qp): what is left completes with
+	 * IBV_WC_WR_FLUSH_ERR. */
+	uint64_t sends[64];
+	unsigned nsends;
+	bool err;
 };
 
 extern struct fake_prov prov;

@@ -784,6 +784,8 @@ static void wc_rig_wq(struct rc_wq *w)
 	w->cap = 4;
 }
 
+static const size_t wc_no_sink = 1;
+
 static void wc_rig_new(struct wc_rig *r)
 {
 	r->f = calloc(1, sizeof(*r->f));
@@ -812,6 +814,8 @@ static void wc_rig_new(struct wc_rig *r)
 	wc_rig_wq(&r->id->wq[WQ_SEND]);
 	wc_rig_wq(&r->id->wq[WQ_RECV]);
 	ck_assert_int_eq(qsm_rc_table_add(&r->f->qpt, r->id, &r->id->qp_key), 0);
+	r->id->tag_hi = (uint32_t)(r->id->qp_key >> 32) | TAG_RECV_HI;   /* as create_qp keys it */
+	r->f->sink.hold = &wc_no_sink;   /* no runtime: every completion into the batch */
 	wc_in_len = wc_in_next = 0;
 }
 

@@ -31,6 +31,10 @@ struct qsm_obj_ops {
 	 * a queue has a QP, so only queues own the ids completions come on: one kind's op. */
 	unsigned (*complete)(struct qsm_ctx *ctx, const struct qsm_fabric_cqe *c, unsigned n,
 			     const uint32_t *gen);
+	/* A completion the fabric delivered straight to the owner's handler, refused by it (r,
+	 * non-zero): what complete() does then, the owner held if it closed (fabric.h,
+	 * "Completions delivered straight").  Only a queue's op. */
+	void (*refused)(struct qsm_obj *o, int r);
 	/* ctx teardown: no callbacks, no events; release everything now */
 	void (*teardown)(struct qsm_obj *o);
 	void (*free)(struct qsm_obj *o);
@@ -137,6 +141,9 @@ struct qsm_ctx {
 	 * each, until the batch is done, so that its later completions find them. */
 	struct qsm_obj *held[QSM_FABRIC_CQE_BATCH];
 	unsigned nheld;
+	/* what the fabric is handed to deliver completions straight (set_sink) */
+	struct qsm_fabric_sink sink;
+	uint64_t straight;          /* delivered straight by the get_event() call just made */
 
 	/* timers: binary min-heap; it grows as timers come and shrinks back (qsm_timers_trim) */
 	struct qsm_timer **heap;

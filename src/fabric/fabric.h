@@ -21,10 +21,12 @@
  *   pointer of the runtime's: a queue, a listener or a device sentinel) and every
  *   event for the id carries that owner back.  set_owner() changes it.
  * - Calls never invoke the runtime: everything asynchronous comes back as an event
- *   from get_event().  A call that fails returns a negative errno, has no effect,
+ *   from get_event() (or, inside get_event(), through the sink it was handed).  A call that fails returns a negative errno, has no effect,
  *   and produces no event (e.g. resolve_addr() failing means no ADDR_ERROR follows).
  * - get_event() never blocks: 0 and *ev filled, n > 0 completions in cqe[0..n) (n <= max,
- *   max >= 1), or -EAGAIN.  Events are copied (private data included) and acked before it
+ *   max >= 1, n <= QSM_FABRIC_CQE_BATCH: max may be larger, cqe[] is not), or -EAGAIN.  (A
+ *   fabric with set_sink() also delivers completions straight, max counting them too: see
+ *   below.)  Events are copied (private data included) and acked before it
  *   returns, so destroy_id() never waits on user code.  fd() is readable whenever get_event()
  *   may return something (level triggered; spurious wake-ups are allowed).
  * - destroy_id() destroys the id's QP first if there is one, then the id; after it,
@@ -216,6 +218,38 @@ struct qsm_fabric_cqe {
 /* The most completions one get_event() call hands over, as a poll loop takes them. */
 #define QSM_FABRIC_CQE_BATCH 16
 
+/*
+ * Completions delivered straight (a fabric that has set_sink; rdmacm does, the sim does not):
+ * what a careful verbs program does, poll and call the handler, with no batch in between.
+ * - The runtime hands the fabric one sink, and for each id whose owner takes completions the
+ *   owner's handler (set_complete, once the QP is there; NULL when the owner stops taking
+ *   them: destroyed, aborted, gone).  The handler is the class's own, called with the queue.
+ * - In one get_event() call, while the call's batch is still empty and *sink->hold is 0
+ *   (nothing queued that must be dispatched first), a successful completion of an id with a
+ *   handler is counted in *sink->delivered and given to the handler at once, from inside the
+ *   fabric's poll: it takes no batch entry.  Every other completion (an error, a flush, an id
+ *   with no handler) and every one after it in that call goes into the batch: the order of
+ *   one QP's completions holds across the two ways.  Both count against `max`.
+ * - A handler that returns non-zero: what follows goes into the batch, and once the poll is
+ *   over (before get_event() returns, nothing of the poll touched after),
+ *   sink->refused(owner, r) is called, once.
+ * - A call that delivered any straight returns QSM_FABRIC_STRAIGHT + the size of its batch
+ *   (0 .. QSM_FABRIC_CQE_BATCH), never another event; the caller takes what *delivered grew
+ *   by (and resets it).
+ * - A handler must not dispatch the ctx (qsm_ctx_dispatch(3)); what it may do (post, downcalls,
+ *   which are queued: *hold) touches no CQ or id the poll holds.
+ */
+#define QSM_FABRIC_STRAIGHT (1 << 16)
+
+struct qsm_conn;
+typedef int (*qsm_fabric_complete_fn)(struct qsm_conn *q, const struct qsm_fabric_wc *wc);
+
+struct qsm_fabric_sink {
+	const size_t *hold;                /* non-zero: no completion straight now */
+	uint64_t *delivered;               /* += the completions delivered straight */
+	void (*refused)(void *owner, int r);
+};
+
 /* What the runtime asks for when it creates a QP (RC, on the id's device). */
 struct qsm_fabric_qp_attr {
 	uint32_t max_send_wr;
@@ -238,6 +272,12 @@ struct qsm_fabric_ops {
 	int (*fd)(struct qsm_fabric *f);
 	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
 			 int max);
+	/* Optional (NULL: every completion comes in get_event()'s batch): completions delivered
+	 * straight, see "Completions delivered straight" above.  set_sink() once, before the
+	 * first get_event(); set_complete() per id: its owner's handler (NULL: none, take it
+	 * back). */
+	void (*set_sink)(struct qsm_fabric *f, const struct qsm_fabric_sink *sink);
+	void (*set_complete)(struct qsm_fid *id, qsm_fabric_complete_fn fn, struct qsm_conn *q);
 	/* Whether events other than completions are known to be ready and not yet returned by
 	 * get_event() (rdmacm: the CM channel's backlog, read until it said EAGAIN).  The ctx
 	 * fires a due timer only once this is false: the answer a state's timeout waits for may

@@ -91,6 +91,6 @@ int qsm_conn_destroy(struct qsm_conn *q)
 	r = qsm_post_op(q->ctx, &q->obj, QSM_EV_DESTROY, 0);
 	if (r < 0)
 		return r;
-	q->dead = true; /* from now on: no callback */
+	qsm_conn_mark_dead(q); /* from now on: no callback */
 	return 0;
 }

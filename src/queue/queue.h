@@ -126,4 +126,12 @@ static inline bool qsm_conn_has_qp(const struct qsm_conn *q)
 	return q->qp_state != qsm_sm_qp.final_state;
 }
 
+/* No callback from now on: dead, and the fabric delivers no completion straight to it. */
+static inline void qsm_conn_mark_dead(struct qsm_conn *q)
+{
+	q->dead = true;
+	if (q->id && q->ctx->ops->set_complete)
+		q->ctx->ops->set_complete(q->id, NULL, NULL);
+}
+
 #endif

@@ -41,7 +41,7 @@ QSM_ALWAYS_INLINE void qp_feed(struct qsm_conn *q, int event)
 static void refused(struct qsm_conn *q, int r)
 {
 	if (r != 0 && !q->dead) {
-		q->dead = true;
+		qsm_conn_mark_dead(q);
 		q->abort_pending = true;
 	}
 }
@@ -189,6 +189,10 @@ static int create_qp(struct qsm_conn *q)
 	}
 	q->qp_state = (uint8_t)qsm_sm_qp.start_state;
 	q->wc_error_queued = false;   /* a new QP: its first error completion is a WC_ERROR */
+	/* its successes straight from the fabric's poll to the handler, where the fabric can
+	 * (conn_complete's checks hold: taken back when the queue dies; the id goes with it) */
+	if (q->ctx->ops->set_complete && q->vt->completion)
+		q->ctx->ops->set_complete(q->id, q->vt->completion, q);
 	qp_feed(q, QSM_EV_QP_TO_INIT);
 	return 0;
 }
@@ -331,7 +335,7 @@ static void conn_close(struct qsm_conn *q)
 
 	if (release && !q->dead)
 		release(q);
-	q->dead = true;
+	q->dead = true;   /* (its id goes next, and with it the fabric's handler of it) */
 	q->obj.closed = true;
 	qsm_timer_remove(q->ctx, &q->timer);
 	release_id(q);
@@ -541,7 +545,7 @@ static void conn_teardown(struct qsm_obj *o)
 {
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
 
-	q->dead = true;
+	q->dead = true;   /* conn_close lets go of the id */
 	if (qsm_conn_sm(q)->facts[q->state].teardown == QSM_TEARDOWN_REJECT && q->id)
 		q->ctx->ops->reject(q->id, NULL, 0);
 	conn_close(q);
@@ -619,6 +623,16 @@ static inline void complete_one(struct qsm_ctx *ctx, struct qsm_conn *q, const s
 	qsm_obj_hold(ctx, &q->obj);
 }
 
+/* A completion delivered straight, refused by the handler: complete_one's refusal. */
+static void conn_refused(struct qsm_obj *o, int r)
+{
+	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
+
+	refused(q, r);
+	take_abort(q);
+	qsm_obj_hold(q->ctx, &q->obj);
+}
+
 static inline struct qsm_conn *owner_of(const struct qsm_fabric_cqe *c)
 {
 	return qsm_container_of((struct qsm_obj *)c->owner, struct qsm_conn, obj);
@@ -669,6 +683,7 @@ static int conn_qp_state(const struct qsm_obj *o)
 const struct qsm_obj_ops qsm_conn_ops = {
 	.dispatch = conn_dispatch,
 	.complete = conn_complete,
+	.refused = conn_refused,
 	.teardown = conn_teardown,
 	.free = conn_free,
 	.state = conn_state,

@@ -22,9 +22,11 @@ static void rc_destroy(struct qsm_fabric *base)
 	if (!base)
 		return;
 	if (getenv("QSM_RDMACM_STATS"))
-		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu, flush %llu, error %llu, "
-			"dropped %llu, unknown status %llu, out of order %llu; flushes synthesised %llu\n",
-			(unsigned long long)f->posts, (unsigned long long)f->wc_ok, (unsigned long long)f->wc_flush,
+		fprintf(stderr, "qsm rdmacm: posts %llu; completions: ok %llu (straight to the handler %llu), "
+			"flush %llu, error %llu, dropped %llu, unknown status %llu, out of order %llu; "
+			"flushes synthesised %llu\n",
+			(unsigned long long)f->posts, (unsigned long long)f->wc_ok,
+			(unsigned long long)f->wc_straight, (unsigned long long)f->wc_flush,
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
 			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_order,
 			(unsigned long long)f->wc_synth);
@@ -209,12 +211,14 @@ static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qs
 	int r;
 
 	if (!qsm_list_empty(&f->lq))
-		return qsm_rc_lq_take(f, ev, cqe, max);
+		return qsm_rc_lq_take(f, ev, cqe, max < QSM_FABRIC_CQE_BATCH ? max : QSM_FABRIC_CQE_BATCH);
 	/* Nothing known to be ready: one epoll_wait, not a read of every source.  (The pending
 	 * queue's eventfd is readable while it holds something, so it counts as a source.) */
 	if (!f->ready_cm && !f->ready_pins && !f->ready_devs && !f->ready_tick && !f->ready_mon) {
 		if ((f->hot || f->empty_run >= BUSY_EMPTY_CALLS) && ++f->hot_skips < HOT_EPOLL_EVERY) {
 			r = qsm_rc_poll_cqs(f, cqe, max); /* busy: poll, do not ask epoll */
+			if (f->sent)
+				return QSM_FABRIC_STRAIGHT + r;   /* what went straight: nothing else now */
 			if (r)
 				return r;
 			goto rest;
@@ -246,12 +250,14 @@ static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qs
 		qsm_rc_timer_fired(f);
 	}
 	r = qsm_rc_poll_cqs(f, cqe, max);
+	if (f->sent)
+		return QSM_FABRIC_STRAIGHT + r;
 	if (r)
 		return r;
 rest:
 	/* a marker or an error polled just now may have put flushes of ours on lq */
 	if (!qsm_list_empty(&f->lq))
-		return qsm_rc_lq_take(f, ev, cqe, max);
+		return qsm_rc_lq_take(f, ev, cqe, max < QSM_FABRIC_CQE_BATCH ? max : QSM_FABRIC_CQE_BATCH);
 	return take_pending(f, ev);
 }
 
@@ -267,6 +273,7 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, st
 	f->get_calls++;
 	if (!f->hot)
 		f->cold_calls++;
+	f->sent = 0;
 	r = get_event(f, ev, cqe, max);
 	if (r != -EAGAIN)
 		f->empty_run = 0;
@@ -296,11 +303,15 @@ static bool rc_backlog(struct qsm_fabric *base)
 	return f->ready_cm || f->ready_pins || f->ready_devs;
 }
 
+static const size_t no_sink = 1;
+
 static const struct qsm_fabric_ops rc_ops = {
 	.name = "rdmacm",
 	.destroy = rc_destroy,
 	.fd = rc_fd,
 	.get_event = rc_get_event,
+	.set_sink = qsm_rc_set_sink,
+	.set_complete = qsm_rc_set_complete,
 	.backlog = rc_backlog,
 	.create_id = qsm_rc_create_id,
 	.set_owner = qsm_rc_set_owner,
@@ -359,6 +370,7 @@ int qsm_rdmacm_fabric_new(struct qsm_fabric **ret)
 	qsm_rc_table_init(&f->qpt);
 	qsm_rc_table_init(&f->srqt);
 	f->hot_idle = CQ_HOT_IDLE_POLLS;
+	f->sink.hold = &no_sink;   /* nothing straight until the runtime hands its sink */
 	f->ch = rdma_create_event_channel();
 	if (!f->ch) {
 		r = errno_or(ENODEV);

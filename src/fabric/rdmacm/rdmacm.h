@@ -68,6 +68,7 @@ struct qsm_fsrq {
 #define TAG_MARKER (1ull << 63)
 #define TAG_RECV (1ull << 62)
 #define TAG_SRQ (1ull << 61)
+#define TAG_RECV_HI ((uint32_t)(TAG_RECV >> 32))   /* TAG_RECV in a tag's high half */
 #define TAG_KEY_SHIFT 32
 #define TAG_SLOT_BITS 20
 #define TAG_GEN_MASK 0x1ffu
@@ -202,9 +203,13 @@ struct qsm_fid {
 	                                    carry them */
 	struct qsm_fsrq *srq;            /* its receives come from this SRQ, or NULL */
 	uint32_t qp_num;
+	uint32_t tag_hi;                 /* its tags' high half, TAG_RECV set (wc_take) */
 	struct rc_cq *cq;                /* the pool's CQ it is on, while it has a QP */
 	int qp_wrs;                      /* CQ entries it reserved there */
 	struct rc_wq wq[2];              /* WQ_SEND and WQ_RECV */
+	/* its owner's completion handler, for completions delivered straight (set_complete) */
+	qsm_fabric_complete_fn complete;
+	struct qsm_conn *complete_q;
 	struct qsm_list late;            /* struct rc_late of both, in post order */
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
@@ -236,6 +241,12 @@ struct rc_fabric {
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
+	/* the runtime's sink (fabric.h, "Completions delivered straight"): until set_sink, its
+	 * hold points at a 1, and nothing goes straight; sent: delivered straight by the poll
+	 * of the get_event() call in progress */
+	struct qsm_fabric_sink sink;
+	int sent;
+	uint64_t wc_straight;             /* all delivered straight, for QSM_RDMACM_STATS */
 	uint64_t async_stale;             /* a QP's async event that came after its QP went */
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
 	uint64_t wc_order;                /* WRs a provider skipped (completed a later one first) */
@@ -433,8 +444,11 @@ int qsm_rc_post_recv(struct qsm_fid *id, uint64_t wr_id, const struct qsm_fabric
 /* ---- wc.c: every ibv_wc_status by name, what a successful receive reports, SGEs ---- */
 enum qsm_wc_status qsm_rc_wc_status(struct rc_fabric *f, enum ibv_wc_status st);
 void qsm_rc_sges_to_ibv(struct ibv_sge *sge, const struct qsm_fabric_sge *sg, int n);
-/* Completions of the hot CQs, up to max, straight into cqe[] (wr_id -> WR in O(1)). */
+/* Completions of the hot CQs, up to max: straight to their handlers while they may go so, the
+ * rest into cqe[] (wr_id -> WR in O(1)); the number in cqe[], f->sent the number straight. */
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max);
+void qsm_rc_set_sink(struct qsm_fabric *base, const struct qsm_fabric_sink *sink);
+void qsm_rc_set_complete(struct qsm_fid *id, qsm_fabric_complete_fn fn, struct qsm_conn *q);
 /* Bytes the fabric holds for one QP of these caps (the id, its table entry, its rings). */
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
 /* The fabric's list of WRs for posts, freed with the fabric. */

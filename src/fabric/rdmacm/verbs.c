@@ -9,26 +9,27 @@
 
 /* ---- completions ---- */
 
-/* A completion whose tag is not a WR of a QP's own work queue: an SRQ's receive (1, or 0 when
- * stale), or the drain marker (0: DRAINED follows our flushes).  Out of line: rare, or the SRQ's. */
-static __attribute__((noinline)) int wc_take_other(struct rc_fabric *f, const struct ibv_wc *wc,
+/* A completion whose tag is not a WR of a QP's own work queue: an SRQ's receive (its QP's id,
+ * or NULL when stale), or the drain marker (NULL: DRAINED follows our flushes).  Out of line:
+ * rare, or the SRQ's. */
+static __attribute__((noinline)) struct qsm_fid *wc_take_other(struct rc_fabric *f, const struct ibv_wc *wc,
 						   struct qsm_fabric_cqe *out)
 {
 	struct qsm_fid *id;
 
 	if (wc->wr_id & TAG_SRQ) {
 		if (!qsm_rc_srq_wc_take(f, wc, out))
-			return 0;
+			return NULL;
 		if (out->wc.status != QSM_WC_SUCCESS) {
 			out->id->qp_err = true;   /* an error completion moves an RC QP to ERR */
 			qsm_rc_wq_flush_heads(out->id);
 		}
-		return 1;
+		return out->id;
 	}
 	id = qsm_rc_table_find(&f->qpt, wc->wr_id);
 	if (id && id->qp_num == wc->qp_num && id->draining)
 		qsm_rc_marker_came(id);
-	return 0;
+	return NULL;
 }
 
 /* The WRs before seq completed without a completion: unsignaled sends (a work queue completes
@@ -43,7 +44,7 @@ static __attribute__((noinline)) void wq_skip_to(struct rc_fabric *f, struct rc_
 
 /* An error completion of the WR in slot s (taken): the QP is in ERR; the WR's own opcode is
  * reported, wc->opcode being undefined in error completions. */
-static __attribute__((noinline)) int wc_error(struct qsm_fid *id, const struct rc_wq *w,
+static __attribute__((noinline)) struct qsm_fid *wc_error(struct qsm_fid *id, const struct rc_wq *w,
 					      const struct rc_slot *s, enum ibv_wc_status status,
 					      struct qsm_fabric_cqe *out)
 {
@@ -60,7 +61,7 @@ static __attribute__((noinline)) int wc_error(struct qsm_fid *id, const struct r
 	out->id = id;
 	out->wc = (struct qsm_fabric_wc){ .wr_id = s->wr_id, .status = st,
 					  .opcode = (enum qsm_wr_opcode)s->opcode };
-	return 1;
+	return id;
 }
 
 /* The slot of the WR a completion names in work queue w, taken, when it is not the head's: a
@@ -77,10 +78,12 @@ static __attribute__((noinline)) struct rc_slot *wq_take_slow(struct rc_fabric *
 
 /* A completion of the WR it names in the QP's work queue q (a constant where it is called, so
  * that each work queue's is straight-line code): the head's WR taken inline, the rest out of
- * line. */
-static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f, struct qsm_fid *id,
+ * line.  A success writes out->wc only (owner and id are the caller's to write, if it goes
+ * into the batch); id, or NULL: nothing to report. */
+static inline __attribute__((always_inline)) struct qsm_fid *wc_take_wq(struct rc_fabric *f, struct qsm_fid *id,
 							    const struct ibv_wc *wc,
-							    struct qsm_fabric_cqe *out, int q)
+							    struct qsm_fabric_cqe *out, int q,
+							    bool *direct)
 {
 	struct rc_wq *w = &id->wq[q];
 	uint32_t seq = (uint32_t)wc->wr_id, head = w->head;
@@ -91,71 +94,86 @@ static inline __attribute__((always_inline)) int wc_take_wq(struct rc_fabric *f,
 		w->head = head + 1;
 	} else if (!(s = wq_take_slow(f, w, q == WQ_RECV, seq))) {
 		f->wc_stale++;
-		return 0;
+		return NULL;
 	}
-	if (__builtin_expect(wc->status != IBV_WC_SUCCESS, 0))
+	if (__builtin_expect(wc->status != IBV_WC_SUCCESS, 0)) {
+		*direct = false;   /* this one and the rest of the poll: the batch's */
 		return wc_error(id, w, s, wc->status, out);
+	}
 	f->wc_ok++;
-	out->owner = id->owner;
-	out->id = id;
 	out->wc.wr_id = s->wr_id;
 	if (q == WQ_RECV) {
 		qsm_rc_recv_wc(wc, &out->wc);
-		return 1;
+		return id;
 	}
 	out->wc.status = QSM_WC_SUCCESS;
 	out->wc.opcode = (enum qsm_wr_opcode)s->opcode;
 	out->wc.byte_len = wc->byte_len;
 	out->wc.imm_data = out->wc.invalidated_rkey = out->wc.wc_flags = 0;
-	return s->signaled;   /* an unsignaled send's: written, not handed out */
+	return s->signaled ? id : NULL;   /* an unsignaled send's: written, not handed out */
 }
 
-/* The QP the last completion of a poll named, found and checked: the next one with the same
- * tag key (its high half: flags, generation, table slot) and qp_num is that QP's too, with no
- * lookup.  Forgotten when a completion goes out of line (a marker sets flush_all). */
-struct wc_last {
-	uint64_t hi;                     /* UINT64_MAX: none (no tag's high half is) */
-	uint32_t qpn;
-	struct qsm_fid *id;
-};
+/* No QP: what a poll's last QP is before it found one (its tag_hi matches no tag). */
+static struct qsm_fid no_fid;
+
+/* The id of a completion of a QP's own work queue, looked up by its tag, or NULL (stale: the
+ * slot's generation or qp_num is another QP's, or every WR left is flushed by us since the
+ * marker came).  Out of line: once a poll per QP. */
+static __attribute__((noinline)) struct qsm_fid *wc_find(struct rc_fabric *f, const struct ibv_wc *wc)
+{
+	struct qsm_fid *id = qsm_rc_table_find(&f->qpt, wc->wr_id);
+
+	/* a slot reused as often as its generation wraps is still not ours (qp_num) */
+	if (__builtin_expect(!id || id->qp_num != wc->qp_num || id->flush_all, 0)) {
+		f->wc_stale++;
+		return NULL;
+	}
+	return id;
+}
 
 /*
  * One completion polled: its WR found from the tag in O(1), the slot freed, the completion
- * written to *out in place (1) -- or nothing (0): the drain marker (DRAINED follows our
- * flushes), an unsignaled send, a stale completion.  Inline, the success of a QP's own WR
- * straight through; the rest out of line.
+ * written to out->wc in place, its id returned -- or nothing (NULL): the drain marker (DRAINED
+ * follows our flushes), an unsignaled send, a stale completion.  *last: the QP the poll's last
+ * completion named, found and checked then; the next one whose tag has its key (the high
+ * half but for TAG_RECV: generation, table slot) and its qp_num is that QP's too, with no
+ * lookup.  Forgotten (&no_fid) when a completion goes out of line (a marker sets flush_all).
+ * Inline, the success of a QP's own WR straight through; the rest out of line.
  */
-static inline int wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_fabric_cqe *out,
-			  struct wc_last *last)
+static inline __attribute__((always_inline)) struct qsm_fid *wc_take(struct rc_fabric *f, const struct ibv_wc *wc,
+								    struct qsm_fabric_cqe *out,
+								    struct qsm_fid **last, bool *direct)
 {
 	uint64_t tag = wc->wr_id;
-	struct qsm_fid *id;
+	uint32_t hi = (uint32_t)(tag >> 32);
+	struct qsm_fid *id = *last;
 
-	if (__builtin_expect(tag >> 32 == last->hi && wc->qp_num == last->qpn, 1)) {
-		id = last->id;   /* the same QP as the last one, checked then */
-	} else {
+	if (__builtin_expect((hi | TAG_RECV_HI) != id->tag_hi || wc->qp_num != id->qp_num, 0)) {
 		if (__builtin_expect(tag & (TAG_SRQ | TAG_MARKER), 0)) {
-			last->hi = UINT64_MAX;
+			*last = &no_fid;
+			*direct = false;   /* an SRQ's receive: the batch's, and the rest of the poll */
 			return wc_take_other(f, wc, out);
 		}
-		id = qsm_rc_table_find(&f->qpt, tag);
-		/* a slot reused as often as its generation wraps is still not ours (qp_num);
-		 * every WR left on a QP whose marker came is flushed by us */
-		if (__builtin_expect(!id || id->qp_num != wc->qp_num || id->flush_all, 0)) {
-			f->wc_stale++;
-			return 0;
-		}
-		*last = (struct wc_last){ .hi = tag >> 32, .qpn = wc->qp_num, .id = id };
+		if (!(id = wc_find(f, wc)))
+			return NULL;
+		*last = id;
 	}
-	return tag & TAG_RECV ? wc_take_wq(f, id, wc, out, WQ_RECV) : wc_take_wq(f, id, wc, out, WQ_SEND);
+	return hi & TAG_RECV_HI ? wc_take_wq(f, id, wc, out, WQ_RECV, direct) :
+				  wc_take_wq(f, id, wc, out, WQ_SEND, direct);
 }
 
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 {
 	struct ibv_wc wc[QSM_FABRIC_CQE_BATCH];
 	struct qsm_list *dpos, *dtmp, *pos, *tmp;
-	struct wc_last last = { .hi = UINT64_MAX };
-	int n = 0;
+	struct qsm_fid *last = &no_fid;
+	void *refused = NULL;   /* the owner whose handler refused its completion, told last */
+	int n = 0, sent = 0, refusal = 0;
+	/* straight to the handlers (fabric.h, "Completions delivered straight") until the batch
+	 * takes one: an error, an SRQ's receive, an id with no handler, something queued in the
+	 * runtime (*hold: only a handler queues anything meanwhile), a refusal; then the rest of
+	 * the call goes into the batch, in order */
+	bool direct = !*f->sink.hold;
 
 	if (!f->hot)
 		return 0;
@@ -166,27 +184,54 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 			continue;
 		qsm_list_each(pos, tmp, &d->cqs) {
 			struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
-			int room = max - n, want = room < QSM_FABRIC_CQE_BATCH ? room : QSM_FABRIC_CQE_BATCH, got;
+			int want, got;
 
 			if (!c->hot)
 				continue;
-			got = qsm_rc_cq_poll(d, c, wc, want);
-			if (got > 0) {
-				/* a pointer that moves on by what each completion wrote (0 or 1), not
-				 * cqe[n] computed again per completion */
-				struct qsm_fabric_cqe *out = cqe + n;
-				const struct ibv_wc *w = wc, *end = wc + got;
+			/* a CQ polled again while it fills whole polls and all went straight:
+			 * the batch holds at most QSM_FABRIC_CQE_BATCH, the call max in all */
+			do {
+				want = max - n - sent;
+				if (want > QSM_FABRIC_CQE_BATCH - n)
+					want = QSM_FABRIC_CQE_BATCH - n;
+				got = qsm_rc_cq_poll(d, c, wc, want);
+				if (got > 0) {
+					/* the batch's next entry, written in place by each completion;
+					 * taken (out++) only by one that goes into the batch */
+					struct qsm_fabric_cqe *out = cqe + n;
+					const struct ibv_wc *w = wc, *end = wc + got;
 
-				do
-					out += wc_take(f, w, out, &last);
-				while (++w != end);
-				n = (int)(out - cqe);
-			}
+					do {
+						struct qsm_fid *id = wc_take(f, w, out, &last, &direct);
+
+						if (!id)
+							continue;
+						if (direct && id->complete) {
+							int r = id->complete(id->complete_q, &out->wc);
+
+							sent++;
+							if (__builtin_expect(r != 0, 0)) {
+								refused = last->owner;   /* id's */
+								refusal = r;
+								direct = false;
+							} else if (*f->sink.hold) {
+								direct = false;   /* it queued an event */
+							}
+							continue;
+						}
+						out->owner = id->owner;
+						out->id = id;
+						out++;
+						direct = false;
+					} while (++w != end);
+					n = (int)(out - cqe);
+				}
+			} while (got == want && direct && n + sent < max);
 			if (__builtin_expect(c->drains != 0, 0) && got >= 0 && got < want) {
 				qsm_rc_cq_found_empty(f, c);
-				last.hi = UINT64_MAX;   /* those QPs' reports are ours now (flush_all) */
+				last = &no_fid;   /* those QPs' reports are ours now (flush_all) */
 			}
-			if (n == max) {
+			if (n + sent == max) {
 				/* full: this CQ and device go last, so the others are polled first next
 				 * (each moved only if it is not last already: one CQ on one device,
 				 * the common case, moves nothing) */
@@ -198,11 +243,32 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 					qsm_list_del(&d->node);
 					qsm_list_add_tail(&f->devs, &d->node);
 				}
-				return n;
+				goto out;
 			}
 		}
 	}
+out:
+	if (sent) {
+		f->sent += sent;
+		f->wc_straight += (uint64_t)sent;
+		*f->sink.delivered += (uint64_t)sent;
+	}
+	if (__builtin_expect(refused != NULL, 0))
+		f->sink.refused(refused, refusal);   /* last: it may close the queue, its QP, a CQ */
 	return n;
+}
+
+void qsm_rc_set_sink(struct qsm_fabric *base, const struct qsm_fabric_sink *sink)
+{
+	to_fab(base)->sink = *sink;
+}
+
+void qsm_rc_set_complete(struct qsm_fid *id, qsm_fabric_complete_fn fn, struct qsm_conn *q)
+{
+	if (!id)
+		return;
+	id->complete = fn;
+	id->complete_q = fn ? q : NULL;
 }
 
 static void wq_fini(struct rc_wq *w)
@@ -339,6 +405,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		goto fail;
 	}
 	id->qp_num = id->cm->qp->qp_num;
+	id->tag_hi = (uint32_t)(id->qp_key >> 32) | TAG_RECV_HI;
 	if (a->srq && (r = qsm_rc_qpn_add(&id->fab->qpn, id)) < 0) {
 		rdma_destroy_qp(id->cm);
 		qsm_rc_table_del(&id->fab->qpt, id->qp_key);

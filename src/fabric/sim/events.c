@@ -283,6 +283,8 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct q
 	if (!base || !ev || !cqe || max < 1)
 		return -EINVAL;
 	f = to_fabric(base);
+	if (max > QSM_FABRIC_CQE_BATCH)
+		max = QSM_FABRIC_CQE_BATCH;   /* the batch's room; max may count straight ones too */
 	while (n < max && !qsm_list_empty(&f->queue)) {
 		e = qsm_container_of(f->queue.next, struct sim_event, node);
 		if (e->event != QSM_EV_COMPLETION)
