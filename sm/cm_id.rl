@@ -49,9 +49,13 @@
 	# LAST_WQE, which a QP reports only once it is in ERR.
 	qp_error = QSM_EV_QP_FATAL | QSM_EV_WC_ERROR | QSM_EV_LAST_WQE;
 	# Its port went down: fail over now, not after the RC retry limit.
-	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE | QSM_EV_PORT_ERR;
+	# The CM gave up on a connection it had established: the kernel keeps an established id in
+	# RDMA_CM_CONNECT, so a late IB CM REQ/REP error still reaches it as UNREACHABLE (seen on
+	# rxe, LIVE queues, after an IPv6 address came back through DAD; tests/vm/README.md).
+	lost    = QSM_EV_DISCONNECTED | qp_error | QSM_EV_ADDR_CHANGE | QSM_EV_PORT_ERR |
+	          QSM_EV_UNREACHABLE;
 	benign  = QSM_EV_DISCONNECTED | QSM_EV_TIMEWAIT_EXIT | qp_error | QSM_EV_ADDR_CHANGE |
-	          QSM_EV_PORT_ERR;
+	          QSM_EV_PORT_ERR | QSM_EV_UNREACHABLE;
 	# What the QP reports that changes nothing here: a message before the RTU (the active
 	# side's CM has sent it already), its send queue drained, a path migration.
 	qp_note = QSM_EV_COMM_EST | QSM_EV_SQ_DRAINED | QSM_EV_PATH_MIG | QSM_EV_PATH_MIG_ERR;
@@ -111,7 +115,7 @@
 	) >~LIVE,
 
 	Disconnecting: (
-		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_PORT_ERR | QSM_EV_TIMEOUT )
+		( QSM_EV_DISCONNECTED | qp_error | QSM_EV_PORT_ERR | QSM_EV_UNREACHABLE | QSM_EV_TIMEOUT )
 		                                    @start_drain                  -> Closing |
 		( QSM_EV_DISCONNECT | qp_note )                                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |
