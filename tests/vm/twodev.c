@@ -72,6 +72,16 @@ static unsigned server_live[2];     /* passive queues in LIVE, by group */
 
 /* ---- the client ---- */
 
+/* A client data path error: counted, and the first few said with what went wrong. */
+static void client_error(struct queue *u, const char *what, long v)
+{
+	static unsigned said;
+
+	u->errors++;
+	if (said++ < 10)
+		printf("   client error: queue %c%u: %s (%ld)\n", 'A' + u->group, u->index, what, v);
+}
+
 static int on_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct queue *u = qsm_conn_user(q);
@@ -81,22 +91,23 @@ static int on_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev
 	u->t_removed = vm_now();
 	/* the other path: the retry after the policy's first delay resolves through device 2 */
 	if (qsm_conn_set_dst(q, (struct sockaddr *)&addr_b, NULL) < 0)
-		u->errors++;
+		client_error(u, "qsm_conn_set_dst", -1);
 	return 0;
 }
 
 static int send_message(struct queue *u)
 {
 	struct qsm_sge rs = vm_sge(u->rbuf, sizeof(u->rbuf), u->mr), ss;
+	int r;
 
 	memset(u->rbuf, 0, sizeof(u->rbuf));
 	snprintf(u->sbuf, sizeof(u->sbuf), "queue %c%u message %u", 'A' + u->group, u->index, u->exchanged);
 	ss = vm_sge(u->sbuf, (uint32_t)strlen(u->sbuf) + 1, u->mr);
-	if (qsm_conn_post_recv(u->q, WR_RECV, &rs, 1) < 0)
-		return -1;
+	if ((r = qsm_conn_post_recv(u->q, WR_RECV, &rs, 1)) < 0)
+		return r;
 	u->posted++;
-	if (qsm_conn_post_send(u->q, WR_SEND, &ss, 1, QSM_POST_SIGNALED) < 0)
-		return -1;
+	if ((r = qsm_conn_post_send(u->q, WR_SEND, &ss, 1, QSM_POST_SIGNALED)) < 0)
+		return 1000 * r;   /* the send's errno, told apart from the receive's */
 	u->posted++;
 	u->inflight = true;
 	u->t_sent = vm_now();
@@ -107,6 +118,7 @@ static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct queue *u = qsm_conn_user(q);
 	struct qsm_verbs v;
+	int r;
 
 	(void)ev;
 	if (u->lives < 2 && qsm_conn_verbs(q, &v) == 0 && v.cm_id && v.cm_id->verbs)
@@ -114,8 +126,10 @@ static int on_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 	u->lives++;
 	u->t_live = vm_now();
 	u->inflight = false;   /* a message of the last connection came back flushed, or not at all */
-	if (vm_reg_buffer(q, &u->mr, u, sizeof(*u)) < 0 || send_message(u) < 0)
-		u->errors++;
+	if (vm_reg_buffer(q, &u->mr, u, sizeof(*u)) < 0)
+		client_error(u, "LIVE: register", -1);
+	else if ((r = send_message(u)) < 0)
+		client_error(u, "LIVE: post (receive -errno, send -errno x 1000)", r);
 	return 0;
 }
 
@@ -137,18 +151,21 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	if (wc->status == QSM_WC_WR_FLUSH_ERR)
 		return 0;
 	if (wc->status != QSM_WC_SUCCESS) {
-		u->errors++;
+		client_error(u, "completion status", wc->status);
 		return 0;
 	}
 	if (wc->wr_id == WR_RECV) {
 		snprintf(want, sizeof(want), "echo: %s", u->sbuf);
-		if (wc->opcode != QSM_WR_RECV || strcmp(u->rbuf, want))
-			u->errors++;
+		if (wc->opcode != QSM_WR_RECV)
+			client_error(u, "receive's opcode", wc->opcode);
+		else if (strcmp(u->rbuf, want))
+			client_error(u, u->rbuf[0] ? "received another message than the echo" : "received nothing",
+				     (long)wc->byte_len);
 		else
 			u->exchanged++;
 		u->inflight = false;
 	} else if (wc->wr_id != WR_SEND || wc->opcode != QSM_WR_SEND) {
-		u->errors++;
+		client_error(u, "send's wr_id or opcode", (long)wc->wr_id);
 	}
 	return 0;
 }
@@ -260,9 +277,11 @@ static void step(struct world *w)
 	for (unsigned i = 0; i < w->n; i++) {
 		struct queue *u = &w->u[i];
 
+		int r;
+
 		if (sending && u->q && !u->inflight && qsm_conn_state(u->q) == QSM_CM_LIVE &&
-		    (now - u->t_sent) * 1000 >= TICK_MS && send_message(u) < 0)
-			u->errors++;
+		    (now - u->t_sent) * 1000 >= TICK_MS && (r = send_message(u)) < 0)
+			client_error(u, "post (receive -errno, send -errno x 1000)", r);
 	}
 }
 
@@ -559,7 +578,7 @@ int main(int argc, char **argv)
 	printf("== %u queues disconnect (server errors so far %u)\n", w.n, vm_echo_errors);
 	for (unsigned i = 0; i < w.n; i++)
 		if (w.u[i].q && qsm_conn_disconnect(w.u[i].q) < 0)
-			w.u[i].errors++;
+			client_error(&w.u[i], "qsm_conn_disconnect", -1);
 	t0 = vm_now();
 	for (;;) {
 		qsm_ctx_counters(w.server, &sc, sizeof(sc));
