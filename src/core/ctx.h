@@ -141,8 +141,6 @@ struct qsm_ctx {
 	 * each, until the batch is done, so that its later completions find them. */
 	struct qsm_obj *held[QSM_FABRIC_CQE_BATCH];
 	unsigned nheld;
-	/* what the fabric is handed to deliver completions straight (set_sink) */
-	struct qsm_fabric_sink sink;
 	uint64_t straight;          /* delivered straight by the get_event() call just made */
 
 	/* timers: binary min-heap; it grows as timers come and shrinks back (qsm_timers_trim) */

@@ -71,10 +71,10 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	ctx->ops = opts->fabric->ops;
 	if (ctx->ops->set_sink) {
 		/* completions straight to the handlers while nothing is queued ahead of them */
-		ctx->sink = (struct qsm_fabric_sink){ .hold = &ctx->fifo_len,
-						      .delivered = &ctx->straight,
+		const struct qsm_fabric_sink sink = { .hold = &ctx->fifo_len, .delivered = &ctx->straight,
 						      .refused = sink_refused };
-		ctx->ops->set_sink(ctx->fabric, &ctx->sink);
+
+		ctx->ops->set_sink(ctx->fabric, &sink);   /* the fabric keeps a copy */
 	}
 	ctx->edge_taken = calloc(QSM_EDGE_SLOTS, sizeof(*ctx->edge_taken));
 	env = getenv("QSM_COVERAGE");

@@ -273,7 +273,7 @@ struct qsm_fabric_ops {
 	int (*get_event)(struct qsm_fabric *f, struct qsm_fabric_event *ev, struct qsm_fabric_cqe *cqe,
 			 int max);
 	/* Optional (NULL: every completion comes in get_event()'s batch): completions delivered
-	 * straight, see "Completions delivered straight" above.  set_sink() once, before the
+	 * straight, see "Completions delivered straight" above.  set_sink() once (the fabric keeps a copy), before the
 	 * first get_event(); set_complete() per id: its owner's handler (NULL: none, take it
 	 * back). */
 	void (*set_sink)(struct qsm_fabric *f, const struct qsm_fabric_sink *sink);
