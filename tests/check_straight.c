@@ -20,6 +20,7 @@
 static struct {
 	uint64_t wr_id[MAXSEEN];
 	int status[MAXSEEN];
+	struct qsm_wc wc[MAXSEEN];   /* all of it */
 	unsigned n;
 	unsigned at;
 	enum { NOTHING, REFUSE, DESTROY, DISCONNECT } act;
@@ -34,6 +35,7 @@ static int on_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	ck_assert_uint_lt(seen.n, MAXSEEN);
 	seen.wr_id[seen.n] = wc->wr_id;
 	seen.status[seen.n] = wc->status;
+	seen.wc[seen.n] = *wc;
 	seen.n++;
 	if (seen.acted)
 		seen.after_act++;
@@ -226,6 +228,75 @@ START_TEST(test_an_error_completion_goes_after_the_successes_before_it_and_its_w
 }
 END_TEST
 
+/* Receives that carry imm data, among plain ones: those take the poll's general way (the plain
+ * ones its shortest), straight all the same, and each reaches the handler in order with exactly
+ * what it carries (a plain one after one with imm data carries none). */
+static bool carries_imm(unsigned i)
+{
+	return i % 7 == 3 || i % 11 == 5;
+}
+
+static void imm_among_plain(unsigned n)
+{
+	live(n);
+	for (unsigned i = 0; i < n; i++)
+		if (carries_imm(i)) {
+			prov.tmpl[i].opcode = i % 7 == 3 ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+			prov.tmpl[i].wc_flags = IBV_WC_WITH_IMM;
+			prov.tmpl[i].imm_data = 0xabc00000u + i;
+		}
+}
+
+START_TEST(test_receives_with_imm_data_among_plain_ones_reach_the_handler_in_order_with_what_they_carry)
+{
+	uint64_t ok0;
+
+	imm_among_plain(100);
+	ok0 = f->wc_ok;
+	drain_all();
+	ck_assert_uint_eq(seen.n, 100);
+	for (unsigned i = 0; i < 100; i++) {
+		const struct qsm_wc *w = &seen.wc[i];
+
+		ck_assert_uint_eq(w->wr_id, 1000 + i);
+		ck_assert_int_eq(w->status, QSM_WC_SUCCESS);
+		ck_assert_uint_eq(w->byte_len, 64 + i);
+		ck_assert_uint_eq(w->invalidated_rkey, 0);
+		if (carries_imm(i)) {
+			ck_assert_int_eq(w->opcode, i % 7 == 3 ? QSM_WR_RECV_RDMA_WITH_IMM : QSM_WR_RECV);
+			ck_assert_uint_eq(w->wc_flags, QSM_WC_WITH_IMM);
+			ck_assert_uint_eq(w->imm_data, 0xabc00000u + i);
+		} else {
+			ck_assert_int_eq(w->opcode, QSM_WR_RECV);
+			ck_assert_uint_eq(w->wc_flags, 0);
+			ck_assert_uint_eq(w->imm_data, 0);
+		}
+	}
+	ck_assert_uint_eq(f->wc_ok - ok0, 100);   /* each success counted once, either way */
+	ck_assert_uint_eq(f->wc_straight, 100);
+	qsm_ctx_free(ctx);
+}
+END_TEST
+
+/* A refusal of one taken the general way ends the straight path as one of a plain one does. */
+START_TEST(test_a_refusal_of_a_receive_with_imm_data_aborts_the_queue)
+{
+	struct qsm_counters c;
+
+	imm_among_plain(30);
+	seen.at = 11;   /* wr 1010: 10 % 7 == 3 */
+	seen.act = REFUSE;
+	drain_all();
+	counters(&c);
+	ck_assert_uint_eq(seen.n, 11);
+	ck_assert_uint_eq(seen.wc[10].wc_flags, QSM_WC_WITH_IMM);
+	ck_assert_uint_eq(f->wc_straight, 11);
+	ck_assert_uint_eq(c.aborts, 1);
+	ck_assert_uint_eq(c.queues_live, 0);
+	qsm_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *straight_suite(void)
 {
 	Suite *s = suite_create("straight");
@@ -238,6 +309,9 @@ static Suite *straight_suite(void)
 	tcase_add_test(tc, test_a_downcall_in_a_handler_is_dispatched_before_the_next_completion);
 	tcase_add_test(tc,
 		       test_an_error_completion_goes_after_the_successes_before_it_and_its_wc_error_after_it);
+	tcase_add_test(tc,
+		       test_receives_with_imm_data_among_plain_ones_reach_the_handler_in_order_with_what_they_carry);
+	tcase_add_test(tc, test_a_refusal_of_a_receive_with_imm_data_aborts_the_queue);
 	suite_add_tcase(s, tc);
 	return s;
 }

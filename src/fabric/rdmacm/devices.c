@@ -345,14 +345,10 @@ void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c)
 	qsm_rc_hot_changed(f, 1);
 }
 
-int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)
+int qsm_rc_cq_poll_empty(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)
 {
-	int n = ibv_poll_cq(c->cq, max, wc);
+	int n;
 
-	if (n > 0) {
-		c->idle = 0;
-		return n;
-	}
 	/* A busy CQ between two completions: polled again, still unarmed, a few times (a poll
 	 * costs no system call; a re-arm and the channel read that follows cost two). */
 	if (++c->idle < d->fab->hot_idle)

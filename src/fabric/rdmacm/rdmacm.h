@@ -381,9 +381,9 @@ bool qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
 void qsm_rc_cq_events(struct qsm_fdev *d);
 /* The CQ polled at the next get_event, without waiting for its event. */
 void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c);
-/* Up to max completions of a hot CQ; one found empty is re-armed and polled once more, and
- * goes cold if that finds none either. */
-int qsm_rc_cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max);
+/* A hot CQ that had no completions: polled again, unarmed, a few times; then re-armed and
+ * polled once more, and cold if that finds none either.  Completions found, or 0. */
+int qsm_rc_cq_poll_empty(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max);
 void qsm_rc_hot_changed(struct rc_fabric *f, int delta);
 /* Every reference of a device is checked here: resources go when unused, the object when
  * nothing refers to it and it is no longer in the device list. */

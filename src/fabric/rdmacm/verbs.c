@@ -162,16 +162,169 @@ static inline __attribute__((always_inline)) struct qsm_fid *wc_take(struct rc_f
 				  wc_take_wq(f, id, wc, out, WQ_SEND, direct);
 }
 
+/* Up to max completions of a hot CQ (qsm_rc_cq_poll_empty when it has none).  Inline: once
+ * per poll of the hot path. */
+static inline int cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)
+{
+	int n = ibv_poll_cq(c->cq, max, wc);
+
+	if (__builtin_expect(n > 0, 1)) {
+		c->idle = 0;
+		return n;
+	}
+	return qsm_rc_cq_poll_empty(d, c, wc, max);
+}
+
+/* ibv_wc's status and opcode side by side, read as one word: a plain receive's (wc_plain_recv) */
+_Static_assert(offsetof(struct ibv_wc, opcode) == offsetof(struct ibv_wc, status) + 4 &&
+		       sizeof(((struct ibv_wc *)0)->status) == 4 && sizeof(((struct ibv_wc *)0)->opcode) == 4,
+	       "struct ibv_wc: status and opcode adjacent");
+#define WC_RECV_OK ((uint64_t)IBV_WC_RECV << 32 | (uint64_t)IBV_WC_SUCCESS)
+
+/* A successful SEND's receive with nothing else to report (no imm data, no invalidation, no
+ * checksum flag): status and opcode in one compare. */
+static inline __attribute__((always_inline)) bool wc_plain_recv(const struct ibv_wc *wc)
+{
+	uint64_t so;
+
+	memcpy(&so, &wc->status, sizeof(so));
+	return so == WC_RECV_OK && !(wc->wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK));
+}
+
+/* What a call's completions delivered straight leave behind: how many, and the first refusal. */
+struct straight {
+	/* what a plain receive's handler gets: its constant fields written once per call */
+	struct qsm_fabric_wc rw;
+	const size_t *hold;   /* the sink's */
+	int sent;             /* straight in all */
+	int refusal;
+	void *refused;        /* the owner whose handler refused its completion, told last */
+};
+
+/*
+ * CQ c polled, 16 at a time, its completions straight to their handlers while they may go so
+ * (fabric.h, "Completions delivered straight"), until it has no more or the call's max are
+ * taken, or one must go into the batch (an error, an SRQ's receive, an id with no handler:
+ * written at *out, the batch's first entry, which moves on), or the runtime holds (a handler
+ * queued an event), or a handler refuses; then *direct is false and the rest of that poll is
+ * the batch's, in order, from *rest.  Returns what the last poll got (*want: what it asked).
+ *
+ * The common case, a plain receive of the QP the poll's last completion named, with a
+ * handler, at its work queue's head, is handled here with the least work: the handler gets a
+ * completion whose constant fields were written once per call (st->rw), and it is counted
+ * once per poll.  Everything else takes the general way, wc_take, one completion at a time.
+ */
+static inline __attribute__((always_inline)) int
+poll_straight(struct rc_fabric *f, struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max,
+	      struct qsm_fabric_cqe **out, struct qsm_fid **last, bool *direct, struct straight *st,
+	      const struct ibv_wc **rest, int *want)
+{
+	struct qsm_fabric_wc *rw = &st->rw;
+	const size_t *hold = st->hold;
+	struct qsm_fid *id = *last, *gid = NULL;
+	const struct ibv_wc *w = wc, *end;
+	int got, r = 0;
+
+	do {
+		int general = 0;
+
+		*want = max - st->sent < QSM_FABRIC_CQE_BATCH ? max - st->sent : QSM_FABRIC_CQE_BATCH;
+		got = cq_poll(d, c, wc, *want);
+		if (got <= 0)
+			break;
+		for (w = wc, end = wc + got; w != end; w++) {
+			uint64_t tag = w->wr_id;
+			qsm_fabric_complete_fn fn;
+
+			if (__builtin_expect((uint32_t)(tag >> 32) == id->tag_hi && w->qp_num == id->qp_num &&
+					     wc_plain_recv(w) && (fn = id->complete) != NULL, 1)) {
+				struct rc_wq *q = &id->wq[WQ_RECV];
+				uint32_t head = q->head;
+
+				if (__builtin_expect((uint32_t)tag == head && head != q->tail, 1)) {
+					rw->wr_id = q->ring[head & q->mask].wr_id;
+					q->head = head + 1;
+					rw->byte_len = w->byte_len;
+					r = fn(id->complete_q, rw);
+					if (__builtin_expect(r != 0, 0)) {
+						gid = id;
+						goto refused;
+					}
+					if (__builtin_expect(*hold != 0, 0))
+						goto held;
+					continue;
+				}
+			}
+			/* the general way: not a plain receive (those are w - wc - general) */
+			general++;
+			gid = wc_take(f, w, *out, last, direct);
+			id = *last;
+			if (!gid) {
+				if (!*direct)
+					goto batch;   /* the rest of the poll is the batch's */
+				continue;
+			}
+			if (!*direct || !gid->complete) {
+				(*out)->owner = gid->owner;
+				(*out)->id = gid;
+				(*out)++;
+				*direct = false;
+				goto batch;
+			}
+			st->sent++;
+			r = gid->complete(gid->complete_q, &(*out)->wc);
+			if (__builtin_expect(r != 0, 0))
+				goto refused;
+			if (*hold)
+				goto held;
+		}
+		st->sent += got - general;
+		f->wc_ok += (uint64_t)(got - general);
+		continue;
+refused:
+		st->refused = gid->owner;
+		st->refusal = r;
+held:
+		*direct = false;
+batch:
+		w++;   /* this one taken: straight, into the batch, or nothing to report */
+		st->sent += (int)(w - wc) - general;
+		f->wc_ok += (uint64_t)((w - wc) - general);
+		break;
+	} while (got == *want && st->sent < max);
+	*rest = w;
+	return got;
+}
+
+/* Completions from w to end into the batch from out, in order (wc_take); returns where the
+ * batch ends. */
+static inline __attribute__((always_inline)) struct qsm_fabric_cqe *
+poll_batch(struct rc_fabric *f, const struct ibv_wc *w, const struct ibv_wc *end,
+	   struct qsm_fabric_cqe *out, struct qsm_fid **last)
+{
+	bool direct = false;
+
+	for (; w != end; w++) {
+		struct qsm_fid *id = wc_take(f, w, out, last, &direct);
+
+		if (!id)
+			continue;
+		out->owner = id->owner;
+		out->id = id;
+		out++;
+	}
+	return out;
+}
+
 int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 {
 	struct ibv_wc wc[QSM_FABRIC_CQE_BATCH];
 	struct qsm_list *dpos, *dtmp, *pos, *tmp;
 	struct qsm_fid *last = &no_fid;
-	void *refused = NULL;   /* the owner whose handler refused its completion, told last */
-	int n = 0, sent = 0, refusal = 0;
-	/* straight to the handlers (fabric.h, "Completions delivered straight") until the batch
-	 * takes one: an error, an SRQ's receive, an id with no handler, something queued in the
-	 * runtime (*hold: only a handler queues anything meanwhile), a refusal; then the rest of
+	struct straight st = { .rw = { .status = QSM_WC_SUCCESS, .opcode = QSM_WR_RECV },
+			       .hold = f->sink.hold };
+	int n = 0;
+	/* straight to the handlers (poll_straight) until the batch takes one; then the rest of
 	 * the call goes into the batch, in order */
 	bool direct = !*f->sink.hold;
 
@@ -188,50 +341,29 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 
 			if (!c->hot)
 				continue;
-			/* a CQ polled again while it fills whole polls and all went straight:
-			 * the batch holds at most QSM_FABRIC_CQE_BATCH, the call max in all */
-			do {
-				want = max - n - sent;
+			if (direct) {
+				/* nothing in the batch yet (n == 0): it starts at cqe */
+				struct qsm_fabric_cqe *out = cqe;
+				const struct ibv_wc *w;
+
+				got = poll_straight(f, d, c, wc, max, &out, &last, &direct, &st, &w, &want);
+				if (!direct && got > 0)
+					out = poll_batch(f, w, wc + got, out, &last);
+				n = (int)(out - cqe);
+			} else {
+				/* the batch holds at most QSM_FABRIC_CQE_BATCH, the call max in all */
+				want = max - n - st.sent;
 				if (want > QSM_FABRIC_CQE_BATCH - n)
 					want = QSM_FABRIC_CQE_BATCH - n;
-				got = qsm_rc_cq_poll(d, c, wc, want);
-				if (got > 0) {
-					/* the batch's next entry, written in place by each completion;
-					 * taken (out++) only by one that goes into the batch */
-					struct qsm_fabric_cqe *out = cqe + n;
-					const struct ibv_wc *w = wc, *end = wc + got;
-
-					do {
-						struct qsm_fid *id = wc_take(f, w, out, &last, &direct);
-
-						if (!id)
-							continue;
-						if (direct && id->complete) {
-							int r = id->complete(id->complete_q, &out->wc);
-
-							sent++;
-							if (__builtin_expect(r != 0, 0)) {
-								refused = last->owner;   /* id's */
-								refusal = r;
-								direct = false;
-							} else if (*f->sink.hold) {
-								direct = false;   /* it queued an event */
-							}
-							continue;
-						}
-						out->owner = id->owner;
-						out->id = id;
-						out++;
-						direct = false;
-					} while (++w != end);
-					n = (int)(out - cqe);
-				}
-			} while (got == want && direct && n + sent < max);
+				got = cq_poll(d, c, wc, want);
+				if (got > 0)
+					n = (int)(poll_batch(f, wc, wc + got, cqe + n, &last) - cqe);
+			}
 			if (__builtin_expect(c->drains != 0, 0) && got >= 0 && got < want) {
 				qsm_rc_cq_found_empty(f, c);
 				last = &no_fid;   /* those QPs' reports are ours now (flush_all) */
 			}
-			if (n + sent == max) {
+			if (n + st.sent == max) {
 				/* full: this CQ and device go last, so the others are polled first next
 				 * (each moved only if it is not last already: one CQ on one device,
 				 * the common case, moves nothing) */
@@ -248,13 +380,13 @@ int qsm_rc_poll_cqs(struct rc_fabric *f, struct qsm_fabric_cqe *cqe, int max)
 		}
 	}
 out:
-	if (sent) {
-		f->sent += sent;
-		f->wc_straight += (uint64_t)sent;
-		*f->sink.delivered += (uint64_t)sent;
+	if (st.sent) {
+		f->sent += st.sent;
+		f->wc_straight += (uint64_t)st.sent;
+		*f->sink.delivered += (uint64_t)st.sent;
 	}
-	if (__builtin_expect(refused != NULL, 0))
-		f->sink.refused(refused, refusal);   /* last: it may close the queue, its QP, a CQ */
+	if (__builtin_expect(st.refused != NULL, 0))
+		f->sink.refused(st.refused, st.refusal);   /* last: it may close the queue, its QP, a CQ */
 	return n;
 }
 
