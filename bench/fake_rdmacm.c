@@ -184,8 +184,46 @@ int __wrap_rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **ret
 
 int __wrap_rdma_destroy_id(struct rdma_cm_id *cm)
 {
+	prov.ids_destroyed++;
+	prov.watch_destroyed += cm == prov.watch;
 	free(cm);
 	return 0;
+}
+
+/* The one event fake_cm_event() left on the channel, then EAGAIN (the channel's eventfd read
+ * back to unreadable). */
+int __wrap_rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event);
+int __wrap_rdma_ack_cm_event(struct rdma_cm_event *event);
+
+int __wrap_rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event)
+{
+	uint64_t v;
+
+	if (!prov.cm_ev_pending || prov.cm_ev.id->channel != ch) {
+		errno = EAGAIN;
+		return -1;
+	}
+	prov.cm_ev_pending = false;
+	if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		abort();
+	*event = &prov.cm_ev;
+	return 0;
+}
+
+int __wrap_rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	(void)event;
+	return 0;
+}
+
+void fake_cm_event(struct rdma_cm_id *cm, enum rdma_cm_event_type event, int status)
+{
+	uint64_t one = 1;
+
+	prov.cm_ev = (struct rdma_cm_event){ .id = cm, .event = event, .status = status };
+	prov.cm_ev_pending = true;
+	if (write(cm->channel->fd, &one, sizeof(one)) != sizeof(one))
+		abort();
 }
 
 /* The device's sentinel id binds to the device's address (fake_device_addr). */
@@ -227,6 +265,8 @@ int __wrap_rdma_resolve_route(struct rdma_cm_id *cm, int timeout_ms)
 int __wrap_rdma_connect(struct rdma_cm_id *cm, struct rdma_conn_param *p)
 {
 	(void)p;
+	if (prov.connect_silent)
+		return 0;
 	fid_of(cm)->qp_rts = true;   /* as the fabric marks it when ESTABLISHED comes */
 	pending_push(fid_of(cm)->fab, QSM_EV_ESTABLISHED, 0, fid_of(cm), NULL, false);
 	return 0;
@@ -318,8 +358,18 @@ static void fake_rc_destroy(struct qsm_fabric *base)
 {
 	struct rc_cq *c = qsm_container_of(fake_dev->cqs.next, struct rc_cq, node);
 
+	struct qsm_list *pos, *tmp;
+
 	if (c->hot)
 		qsm_rc_hot_changed(to_fab(base), -1);
+	/* ids the fabric still holds (parked ones) go first, as the fabric's destroy makes them
+	 * go, while the fake device they are on is there */
+	qsm_list_each(pos, tmp, &to_fab(base)->ids) {
+		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
+
+		id->iw_connecting = id->parked = false;
+		qsm_rc_destroy_id(id);
+	}
 	qsm_list_del(&fake_dev->node);
 	free(c);
 	free(fake_dev);
@@ -332,14 +382,13 @@ int fake_cq_hot(void)
 	return fake_dev && qsm_container_of(fake_dev->cqs.next, struct rc_cq, node)->hot;
 }
 
-int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct qsm_conn **q,
-		     struct rc_fabric **f)
+static int fake_rdmacm_to(const struct qsm_class *cls, int state, struct qsm_ctx **ctx,
+			  struct qsm_conn **q, struct rc_fabric **f)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET };
 	struct qsm_conn_opts o = { .cls = cls, .dst = (struct sockaddr *)&dst };
 	struct qsm_fabric *fab;
 
-	prov_init();
 	if (qsm_rdmacm_fabric_new(&fab) < 0) {
 		fprintf(stderr, "fake rdmacm: no fabric\n");
 		return -1;
@@ -362,9 +411,25 @@ int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct q
 	}
 	while (qsm_ctx_dispatch(*ctx, 64) > 0) {
 	}
-	if (qsm_conn_state(*q) != QSM_CM_LIVE) {
-		fprintf(stderr, "fake rdmacm: the queue is %s, not LIVE\n", qsm_conn_state_name(*q));
+	if (qsm_conn_state(*q) != state) {
+		fprintf(stderr, "fake rdmacm: the queue is %s\n", qsm_conn_state_name(*q));
 		return -1;
 	}
 	return 0;
+}
+
+int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct qsm_conn **q,
+		     struct rc_fabric **f)
+{
+	prov_init();
+	return fake_rdmacm_to(cls, QSM_CM_LIVE, ctx, q, f);
+}
+
+int fake_rdmacm_connecting(const struct qsm_class *cls, enum ibv_transport_type transport,
+			   struct qsm_ctx **ctx, struct qsm_conn **q, struct rc_fabric **f)
+{
+	prov_init();
+	prov.dev.transport_type = transport;
+	prov.connect_silent = true;
+	return fake_rdmacm_to(cls, QSM_CM_CONNECTING, ctx, q, f);
 }

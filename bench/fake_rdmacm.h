@@ -45,6 +45,15 @@ struct fake_prov {
 	uint64_t sends[64];
 	unsigned nsends;
 	bool err;
+	/* The CM, for tests of what it reports: a connect that no event answers (as a silent iWARP
+	 * peer's: prov.dev.transport_type says which transport), the kernel ids destroyed, and one
+	 * event at a time through the CM channel (fake_cm_event). */
+	bool connect_silent;
+	unsigned ids_destroyed;
+	struct rdma_cm_id *watch;            /* an id whose destroy is counted in watch_destroyed */
+	unsigned watch_destroyed;
+	struct rdma_cm_event cm_ev;
+	bool cm_ev_pending;
 };
 
 extern struct fake_prov prov;
@@ -57,6 +66,15 @@ void prov_init(void);
  * frees it all (qsm_ctx_free); one at a time. */
 int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct qsm_conn **q,
 		     struct rc_fabric **f);
+
+/* As fake_rdmacm_live(), but the queue's connect is left unanswered (prov.connect_silent) on a
+ * device of the given transport: the queue stays in CONNECTING. */
+int fake_rdmacm_connecting(const struct qsm_class *cls, enum ibv_transport_type transport,
+			   struct qsm_ctx **ctx, struct qsm_conn **q, struct rc_fabric **f);
+
+/* An event of the id cm through the fabric's CM channel (rdma_get_cm_event), as the kernel
+ * reports one: read at the fabric's next look at its channel. */
+void fake_cm_event(struct rdma_cm_id *cm, enum rdma_cm_event_type event, int status);
 
 /* The CQ's channel fired: it goes hot, as qsm_rc_cq_events() makes it. */
 void fake_cq_event(struct rc_fabric *f);

@@ -51,24 +51,49 @@ void qsm_rc_set_owner(struct qsm_fid *id, void *owner)
 		id->owner = owner;
 }
 
-void qsm_rc_destroy_id(struct qsm_fid *id)
+/* The id gone for good: its kernel id, and what the fabric kept of it. */
+static void fid_free(struct qsm_fid *id)
 {
-	struct qsm_fdev *d;
+	struct qsm_fdev *d = id->dev;
 
-	if (!id)
-		return;
-	qsm_rc_destroy_qp(id);
-	qsm_pending_drop(&id->fab->pq, id, NULL);
-	/* Acked events only, so this cannot wait on anything of ours. */
+	/* Acked events only, so this cannot wait on anything of ours (but an iWARP connect's
+	 * outcome, for an id destroyed with the fabric: qsm_rc_destroy_id parks it otherwise). */
 	rdma_destroy_id(id->cm);
 	qsm_list_del(&id->node);
-	d = id->dev;
 	qsm_rc_vctx_put(id->vc);
 	free(id);
 	if (d) {
 		d->nids--;
 		qsm_rc_dev_settle(d);
 	}
+}
+
+/*
+ * The owner lets go of the id: its QP and whatever was pending for it go now, and the kernel
+ * id, unless an iWARP connect is outstanding: iw_cm's destroy (as its disconnect) waits for the
+ * connect's outcome, and so does soft-iWARP's destroy of the QP (the connect holds it), which a
+ * silent peer puts off to the provider's connect timeout (the whole ctx stalled in one system
+ * call: 9 s a queue measured on siw).  Such an id is parked: owned by nobody, its QP no longer
+ * the owner's (qsm_rc_unhook_qp), both destroyed when the id's next event comes
+ * (qsm_rc_take_cm_event: the outcome, reported as an event nobody owns), or with the fabric.
+ */
+void qsm_rc_destroy_id(struct qsm_fid *id)
+{
+	if (!id)
+		return;
+	qsm_pending_drop(&id->fab->pq, id, NULL);
+	if (id->iw_connecting && !id->parked) {
+		/* the QP too: siw's destroy waits for the iw_cm's hold on it, the connect's */
+		qsm_rc_unhook_qp(id);
+		id->parked = true;
+		id->owner = NULL;
+		id->fab->parked++;
+		return;
+	}
+	qsm_rc_destroy_qp(id);
+	if (id->parked)
+		id->fab->unparked++;
+	fid_free(id);
 }
 
 int qsm_rc_bind(struct qsm_fid *id, const struct sockaddr *addr)
@@ -190,6 +215,7 @@ int qsm_rc_connect(struct qsm_fid *id, const void *pdata, size_t len)
 	conn_param(id, &p, pdata, len, false);
 	if (rdma_connect(id->cm, &p) < 0)
 		return errno_or(EINVAL);
+	id->iw_connecting = id->cm->verbs && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IWARP;
 	return 0;
 }
 
@@ -361,8 +387,25 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			id->req_responder_resources = ce->param.conn.responder_resources;
 		} else {
 			id = ce->id->context;
+			/* An event of an id that connected is its connect's outcome, or after it, but
+			 * for ADDR_CHANGE.  DEVICE_REMOVAL too: the kernel's removal waits for the id's
+			 * destroy, and drops a connect's outcome that comes after it, so the id goes
+			 * now, even if the destroy waits for the provider's connect timeout. */
+			if (ce->event != RDMA_CM_EVENT_ADDR_CHANGE)
+				id->iw_connecting = false;
 		}
 		rdma_ack_cm_event(ce);
+		if (__builtin_expect(id->parked, 0)) {
+			/* An event of an id its owner let go while an iWARP connect was outstanding:
+			 * reported as an event nobody owns (the ctx counts and traces it); the id
+			 * destroyed once nothing holds the kernel's destroy (qsm_rc_destroy_id). */
+			if (ev->event == QSM_EV_DEVICE_REMOVAL && id->dev)
+				qsm_rc_dev_removed(id->dev);
+			if (!id->iw_connecting)
+				qsm_rc_destroy_id(id);
+			ev->private_data_len = 0;
+			return 0;
+		}
 		qsm_rc_fid_attach(id);
 		if (ev->event == QSM_EV_ESTABLISHED && qsm_rc_fid_has_qp(id))
 			id->qp_rts = true;   /* the active side's librdmacm moved it there on the REP */

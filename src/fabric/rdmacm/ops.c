@@ -30,6 +30,10 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
 			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_order,
 			(unsigned long long)f->wc_synth);
+	if (getenv("QSM_RDMACM_STATS") && f->parked)
+		fprintf(stderr, "qsm rdmacm: ids destroyed while an iWARP connect was outstanding: %llu "
+			"parked, %llu destroyed at their connect's outcome, the rest now\n",
+			(unsigned long long)f->parked, (unsigned long long)f->unparked);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: CQ pool: at most %u CQs on a device; created %llu, freed %llu "
 			"(%llu after %d+ s empty, the rest with the device), reused empty %llu times, "
@@ -63,6 +67,8 @@ static void rc_destroy(struct qsm_fabric *base)
 	qsm_list_each(pos, tmp, &f->ids) {
 		struct qsm_fid *id = qsm_container_of(pos, struct qsm_fid, node);
 
+		/* gone for good: parked or not (not counted as unparked), the destroy may wait */
+		id->iw_connecting = id->parked = false;
 		qsm_rc_destroy_id(id);
 	}
 	qsm_list_each(pos, tmp, &f->devs) {

@@ -213,6 +213,12 @@ struct qsm_fid {
 	struct qsm_list late;            /* struct rc_late of both, in post order */
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
+	/* iWARP: rdma_connect() made and no outcome yet.  The kernel's iw_cm makes a destroy (and a
+	 * disconnect) wait for that outcome, up to the provider's connect timeout, so a destroy
+	 * then parks the id instead (qsm_rc_destroy_id) */
+	bool iw_connecting;
+	bool parked;                     /* released by its owner, destroyed at its next event */
+	bool qp_unhooked;                /* its QP the owner's no more (qsm_rc_unhook_qp) */
 };
 
 struct rc_fabric {
@@ -247,6 +253,9 @@ struct rc_fabric {
 	struct qsm_fabric_sink sink;
 	int sent;
 	uint64_t wc_straight;             /* all delivered straight, for QSM_RDMACM_STATS */
+	/* ids destroyed while an iWARP connect was outstanding: parked until its outcome came
+	 * (parked), destroyed since (unparked), for QSM_RDMACM_STATS and qsm_rdmacm_parked() */
+	uint64_t parked, unparked;
 	uint64_t async_stale;             /* a QP's async event that came after its QP went */
 	uint64_t wc_unknown;              /* completions with an ibv_wc_status this build cannot name */
 	uint64_t wc_order;                /* WRs a provider skipped (completed a later one first) */
@@ -429,6 +438,9 @@ void qsm_rc_timer_run(struct rc_fabric *f, uint64_t n, uint64_t now);
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a);
 void qsm_rc_destroy_qp(struct qsm_fid *id);
+/* The QP no longer the owner's (its WRs, its completions stale), but the kernel's QP kept
+ * until qsm_rc_destroy_qp(): a parked id's (qsm_rc_destroy_id), whose destroy would wait. */
+void qsm_rc_unhook_qp(struct qsm_fid *id);
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
 int qsm_rc_notify(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,

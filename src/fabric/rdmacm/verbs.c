@@ -557,21 +557,38 @@ fail:
 	return r;
 }
 
-void qsm_rc_destroy_qp(struct qsm_fid *id)
+/* What makes the QP ours: its table entry (its completions stale from now on), rings and
+ * pending events. */
+static void qp_unhook(struct qsm_fid *id)
 {
-	struct qsm_fdev *d;
-
-	if (!id || !qsm_rc_fid_has_qp(id))
-		return;
-	d = id->dev;
-	rdma_destroy_qp(id->cm);
-	qsm_list_del(&id->qp_node);
 	qsm_rc_table_del(&id->fab->qpt, id->qp_key);
 	if (id->srq)
 		qsm_rc_qpn_del(&id->fab->qpn, id);
 	id->srq = NULL;
 	qp_state_free(id);
 	qsm_pending_drop(&id->fab->pq, id, NULL);
+}
+
+void qsm_rc_unhook_qp(struct qsm_fid *id)
+{
+	if (!id || !qsm_rc_fid_has_qp(id) || id->qp_unhooked)
+		return;
+	qp_unhook(id);
+	id->qp_unhooked = true;
+}
+
+void qsm_rc_destroy_qp(struct qsm_fid *id)
+{
+	struct qsm_fdev *d;
+
+	if (!id || !qsm_rc_fid_has_qp(id))
+		return;
+	if (!id->qp_unhooked)
+		qp_unhook(id);
+	id->qp_unhooked = false;
+	d = id->dev;
+	rdma_destroy_qp(id->cm);
+	qsm_list_del(&id->qp_node);
 	qsm_rc_cq_put(d, id->cq, id->qp_wrs);
 	id->cq = NULL;
 	d->nqps--;
