@@ -6,12 +6,17 @@
  * client's PORT_ERR is then a DRAINING self-loop, or comes after its QP went, and is dropped.)
  * The client's reconnect backoff is long (BACKOFF_MS), so the queues wait in RECONNECT_WAIT
  * until `ip link set NETDEV up`: IBV_EVENT_PORT_ACTIVE, RECONNECT_WAIT --PORT_ACTIVE-->
- * (retry_now) at once, not after the backoff.  Not asserted yet: that those attempts connect.
- * On soft-RoCE in this process they stay in CONNECTING (the kernel's cm_id in CONNECT, no
- * CONNECT_REQUEST at the server's listener, which the kernel still shows LISTEN) for at least
- * 60 s, with or without UP_SETTLE_MS of no dispatch after the link came up, where rping's
- * request to a listener made before the same flap connects at once: the scenario prints how
- * many are LIVE after RELIVE_LOOK_MS (`port_active relive N/M`), a finding under work.
+ * (retry_now) at once, not after the backoff.  Not asserted: that those attempts connect.
+ * They cannot on soft-RoCE (Debian 12's 6.1): after a flap that broke live connections, the
+ * device's CM receives no MAD at all.  Found with rdma-core's rping alone, no qsm: a live rping
+ * pair across `ip link set veth0 down`, then after `up` a fresh rping pair times out (its REQ
+ * sent: rxe's sent_pkts grows, rcvd_pkts does not), while rping across a flap with no live
+ * connection connects at once.  In this scenario's state a function_graph trace of rxe_rcv shows
+ * every packet dropped by check_type_state (the GSI QP's responder not ready) although `rdma res
+ * show qp lqpn 1` says RTS: most likely the MAD layer's send-error recovery (SQE -> RTS) on a QP
+ * that rxe had put in ERR, which restores the requester only.  Re-creating the device (`rdma
+ * link delete` + `add`, removal.sh) is what brings the CM back.  The scenario prints how many
+ * queues are LIVE after RELIVE_LOOK_MS (`port_active relive N/M`: 0 on rxe 6.1).
  * (Pulling the cable instead, `ip link set veth1 down`, cuts the carrier only: soft-RoCE's
  * loopback traffic does not pass the netdev, and on soft-iWARP nothing is reported.)  Then `ip addr add` of a second
  * address: IBV_EVENT_GID_CHANGE, the device's registry entry's self-loop in each ctx, and no
