@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: not tried yet; ping.sh found that every close on siw waits out the drain timer)
+# qsm-vm: transports rxe siw (siw: needs the guest's RLIMIT_MEMLOCK raised, guest/init: siw pins against it even for root)
 # qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
 # qsm-vm: timeout 600
 # VM scenario: scale.sh with the server's 1,000 queues on one shared receive queue per device

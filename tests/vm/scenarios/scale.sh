@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: tried 2026-12-02 with the drain fixed: all 2,000 LIVE in 6.4 s, then 821/2000 exchanged in 30 s, errors client 1179 server 857, 421 reconnects, no flush involved; not understood yet; tests/vm/README.md)
+# qsm-vm: transports rxe siw (siw: 2,000 per side need the guest's RLIMIT_MEMLOCK raised, guest/init: siw pins against it even for root)
 # qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
 # qsm-vm: timeout 600
 # VM scenario: 2,000 queues per side, each side one ctx, default caps (64/64 WRs), through device
