@@ -159,7 +159,8 @@ int main(int argc, char **argv)
 	else
 		((struct sockaddr_in6 *)&ss)->sin6_port = htons(g_opts.port);
 
-	/* the namespace: anonymous memory, zero, registered on each I/O queue */
+	/* the namespace: anonymous memory, zero, registered on each device; a write's data is read
+	 * into it from the host (QSM_ACCESS_READ_SINK: on iWARP the read response is a remote write) */
 	g_ns = mmap(NULL, g_opts.ns_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (g_ns == MAP_FAILED) {
 		perror("qsm-nvmet: mmap");
@@ -168,7 +169,7 @@ int main(int argc, char **argv)
 
 	if ((r = qsm_rdmacm_fabric_new(&f)) < 0 ||
 	    (r = qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, &ctx)) < 0 ||
-	    (r = qsm_ctx_reg_pool(ctx, g_ns, g_opts.ns_size, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool)) < 0) {
+	    (r = qsm_ctx_reg_pool(ctx, g_ns, g_opts.ns_size, QSM_ACCESS_READ_SINK, &g_ns_pool)) < 0) {
 		fprintf(stderr, "qsm-nvmet: %s\n", strerror(-r));
 		return 1;
 	}

@@ -20,6 +20,9 @@ struct qsm_pool;
 #define QSM_ACCESS_REMOTE_WRITE 2
 #define QSM_ACCESS_REMOTE_READ 4
 #define QSM_ACCESS_MW_BIND 8         /* memory windows may be bound to the MR (qsm_mw(3)) */
+/* RDMA reads land here: QSM_ACCESS_LOCAL_WRITE, and what the transport needs more (iWARP: the
+ * read response is a tagged write into the sink, so REMOTE_WRITE too; IB and RoCE: nothing). */
+#define QSM_ACCESS_READ_SINK 16
 
 /* Completion status: enum ibv_wc_status, value for value (every one a verbs provider reports on
  * an RC QP; a status this build does not know is reported as QSM_WC_GENERAL_ERR). */

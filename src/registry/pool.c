@@ -17,7 +17,7 @@ bool qsm_mr_args_valid(const void *addr, size_t len, int access)
 	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr)
 		return false;
 	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
-		       QSM_ACCESS_MW_BIND))
+		       QSM_ACCESS_MW_BIND | QSM_ACCESS_READ_SINK))
 		return false;
 	/* remote write needs local write (ibv_reg_mr(3)) */
 	return !(access & QSM_ACCESS_REMOTE_WRITE) || (access & QSM_ACCESS_LOCAL_WRITE);

@@ -58,10 +58,15 @@ int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct
 
 	if (!d || !addr || !len || !ret || !lkey || !rkey ||
 	    (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
-			QSM_ACCESS_MW_BIND)))
+			QSM_ACCESS_MW_BIND | QSM_ACCESS_READ_SINK)))
 		return -EINVAL;
-	if (access & QSM_ACCESS_LOCAL_WRITE)
+	if (access & (QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_READ_SINK))
 		ibv_access |= IBV_ACCESS_LOCAL_WRITE;
+	/* iWARP: an RDMA read's response is a tagged write into its sink (RFC 5040), which the
+	 * device allows only with remote write */
+	if ((access & QSM_ACCESS_READ_SINK) && d->verbs &&
+	    d->verbs->device->transport_type == IBV_TRANSPORT_IWARP)
+		ibv_access |= IBV_ACCESS_REMOTE_WRITE;
 	if (access & QSM_ACCESS_REMOTE_WRITE)
 		ibv_access |= IBV_ACCESS_REMOTE_WRITE;
 	if (access & QSM_ACCESS_REMOTE_READ)

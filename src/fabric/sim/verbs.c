@@ -263,8 +263,11 @@ int sim_reg_mr(struct qsm_fdev *fdev, void *addr, size_t len, int access, struct
 	if (!d || !addr || !len || !ret || !lkey || !rkey)
 		return -EINVAL;
 	if (access & ~(QSM_ACCESS_LOCAL_WRITE | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_REMOTE_READ |
-		       QSM_ACCESS_MW_BIND))
+		       QSM_ACCESS_MW_BIND | QSM_ACCESS_READ_SINK))
 		return -EINVAL;
+	/* the sim is an IB/RoCE device: a read's sink needs local write only */
+	if (access & QSM_ACCESS_READ_SINK)
+		access = (access & ~QSM_ACCESS_READ_SINK) | QSM_ACCESS_LOCAL_WRITE;
 	/* ibv_reg_mr: remote write needs local write. */
 	if ((access & QSM_ACCESS_REMOTE_WRITE) && !(access & QSM_ACCESS_LOCAL_WRITE))
 		return -EINVAL;
