@@ -98,6 +98,9 @@ struct qsm_item {
 	                               (most events carry none): freed with the item */
 };
 
+#define QSM_EDGE_STATES 16           /* room for each machine's states (picture.c checks) */
+#define QSM_EDGE_SLOTS (QSM_MACHINE_COUNT * QSM_EDGE_STATES * QSM_EV_LIMIT)
+
 struct qsm_ctx {
 	struct qsm_fabric *fabric;
 	const struct qsm_fabric_ops *ops;
@@ -178,11 +181,12 @@ struct qsm_ctx {
 	bool trace_stderr;
 	bool tracing;                 /* trace || trace_stderr: the hot path reads one flag */
 	uint64_t t0_ns;
-	/* Times each edge was taken, for the live picture and edge coverage (picture.c):
-	 * [machine][from state][event] (qsm_edge_taken).  QSM_COVERAGE: the file it is appended
-	 * to when the ctx is freed (NULL: none). */
-	uint32_t *edge_taken;
+	/* QSM_COVERAGE: the file edge_taken is appended to when the ctx is freed (NULL: none). */
 	char *coverage_file;
+	/* Times each edge was taken, for the live picture and edge coverage (picture.c):
+	 * [machine][from state][event] (qsm_edge_taken).  In the ctx itself (31 KiB), last: an
+	 * edge counts with one add at a constant offset from the ctx it already has. */
+	uint32_t edge_taken[QSM_EDGE_SLOTS];
 };
 
 /* A setting the ULP left 0: its default. */

@@ -128,33 +128,17 @@ void qsm_fifo_kick(struct qsm_ctx *ctx)
 	ctx->kicked = write(ctx->kickfd, &one, sizeof(one)) == sizeof(one);
 }
 
-/* An event for target in a slot of the reserve (op false) or beyond it (op true: a downcall). */
-static int post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status, bool op)
-{
-	struct qsm_item *it;
-	int r = op ? qsm_fifo_push_op(ctx, &it) : qsm_fifo_push(ctx, &it);
-
-	if (r < 0)
-		return r;
-	it->target = target;
-	it->id = NULL;
-	it->gen = target->id_gen;
-	it->event = event;
-	it->status = status;
-	it->pdata_len = 0;
-	target->refs++;
-	return 0;
-}
-
+/* An event for target, in a slot of the reserve if need be. */
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
 {
-	return post(ctx, target, event, status, false);
+	struct qsm_item *it;
+	int r = qsm_fifo_push(ctx, &it);
+
+	if (r == 0)
+		qsm_item_fill(it, target, event, status);
+	return r;
 }
 
-int qsm_post_op(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
-{
-	return post(ctx, target, event, status, true);
-}
 
 int qsm_item_set_pdata(struct qsm_item *it, const void *pdata, size_t len)
 {

@@ -31,8 +31,6 @@ void qsm_fifo_kick(struct qsm_ctx *ctx);
 void qsm_fifo_free_retired(struct qsm_ctx *ctx);
 /* An event to target, queued (a downcall's, a timer's, the fan-out's): dispatched next. */
 int qsm_post(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
-/* A downcall's event (the ULP's call): queued beyond the reserve, -ENOMEM to the caller. */
-int qsm_post_op(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status);
 int qsm_post_copy(struct qsm_ctx *ctx, struct qsm_obj *target, const struct qsm_item *src);
 /* A copy of len bytes of private data for an item (NULL and 0: none): 0 or -ENOMEM. */
 int qsm_item_set_pdata(struct qsm_item *it, const void *pdata, size_t len);
@@ -59,6 +57,31 @@ static inline int qsm_fifo_push_op(struct qsm_ctx *ctx, struct qsm_item **slot)
 	if (ctx->fifo_len > ctx->fifo_hwm)
 		ctx->fifo_hwm = ctx->fifo_len;
 	return 0;
+}
+
+/* A slot just pushed, for target: an event of no id, with no private data; target is held
+ * while it is queued. */
+static inline void qsm_item_fill(struct qsm_item *it, struct qsm_obj *target, int event, int status)
+{
+	it->target = target;
+	it->id = NULL;
+	it->gen = target->id_gen;
+	it->event = event;
+	it->status = status;
+	it->pdata_len = 0;
+	target->refs++;
+}
+
+/* A downcall's event (the ULP's call): queued beyond the reserve, -ENOMEM to the caller.
+ * Inline: a downcall is a handler's usual answer (READY from the connected handler). */
+static inline int qsm_post_op(struct qsm_ctx *ctx, struct qsm_obj *target, int event, int status)
+{
+	struct qsm_item *it;
+	int r = qsm_fifo_push_op(ctx, &it);
+
+	if (r == 0)
+		qsm_item_fill(it, target, event, status);
+	return r;
 }
 
 /* The FIFO's head, taken off it but left in its slot (no copy): pinned until the pass's

@@ -76,9 +76,8 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 
 		ctx->ops->set_sink(ctx->fabric, &sink);   /* the fabric keeps a copy */
 	}
-	ctx->edge_taken = calloc(QSM_EDGE_SLOTS, sizeof(*ctx->edge_taken));
 	env = getenv("QSM_COVERAGE");
-	if (!ctx->edge_taken || (env && *env && !(ctx->coverage_file = strdup(env)))) {
+	if (env && *env && !(ctx->coverage_file = strdup(env))) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -96,7 +95,6 @@ fail:
 	if (ctx->kickfd >= 0)
 		close(ctx->kickfd);
 	free(ctx->fifo);
-	free(ctx->edge_taken);
 	free(ctx->coverage_file);
 	free(ctx);
 	return r;
@@ -140,7 +138,6 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 			ctx->on_free[i](ctx);
 	ctx->ops->destroy(ctx->fabric);
 	qsm_coverage_append(ctx);
-	free(ctx->edge_taken);
 	free(ctx->coverage_file);
 	close(ctx->epfd);
 	close(ctx->timerfd);

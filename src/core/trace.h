@@ -25,8 +25,6 @@ static inline void qsm_step_counted(struct qsm_ctx *ctx, int event)
 }
 
 /* The edge (m, from, event) was taken: counted for qsm_ctx_write_dot() and QSM_COVERAGE. */
-#define QSM_EDGE_STATES 16           /* room for each machine's states (picture.c checks) */
-#define QSM_EDGE_SLOTS (QSM_MACHINE_COUNT * QSM_EDGE_STATES * QSM_EV_LIMIT)
 static inline void qsm_edge_taken(struct qsm_ctx *ctx, enum qsm_machine m, int from, int event)
 {
 	ctx->edge_taken[((unsigned)m * QSM_EDGE_STATES + (unsigned)from) * QSM_EV_LIMIT + (unsigned)event]++;

@@ -18,8 +18,8 @@ static int check_edge(struct qsm_conn *q, int event)
 {
 	if (q->dead)
 		return -ESTALE;
-	/* what qsm_machine_next(3) answers */
-	if (!(q->passive ? qsm_edges_accept_has(q->state, event) : qsm_edges_cm_id_has(q->state, event)))
+	/* what qsm_machine_next(3) answers: the edge tables the step looks up (one load) */
+	if (!(q->passive ? qsm_edge_index_accept[q->state][event] : qsm_edge_index_cm_id[q->state][event]))
 		return -ENOMSG;
 	return 0;
 }

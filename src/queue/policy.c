@@ -120,9 +120,9 @@ void qsm_conn_cfg_put(struct qsm_ctx *ctx, struct qsm_conn_cfg *c)
 }
 
 /* 64 bits: a delay near UINT32_MAX ms plus its jitter must not wrap to a short one.
- * @p: resolved (qsm_policy_resolved). */
-uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
-			  uint32_t *next_delay_ms)
+ * @p: resolved (qsm_policy_resolved).  Inline in a queue's arm_retry, on every failed attempt. */
+QSM_ALWAYS_INLINE uint64_t backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+					 uint32_t *next_delay_ms)
 {
 	uint32_t max = p->max_delay_ms, mult = p->multiplier_pct;
 	uint64_t d = *next_delay_ms ? *next_delay_ms : p->initial_delay_ms, n;
@@ -142,6 +142,12 @@ uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy
 			d = d - span + ctx->rng % (2 * span + 1);
 	}
 	return d;
+}
+
+uint64_t qsm_backoff_next(struct qsm_ctx *ctx, const struct qsm_reconnect_policy *p,
+			  uint32_t *next_delay_ms)
+{
+	return backoff_next(ctx, p, next_delay_ms);
 }
 
 /* A failure for lack of a resource: retrying at once will not help, retrying forever hides it. */
@@ -183,7 +189,7 @@ void qsm_conn_arm_retry(struct qsm_conn *q, int status)
 		qsm_post(ctx, &q->obj, QSM_EV_GIVE_UP, status);
 		return;
 	}
-	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, qsm_backoff_next(ctx, p, &q->next_delay_ms));
+	qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, backoff_next(ctx, p, &q->next_delay_ms));
 }
 
 /*

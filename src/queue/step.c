@@ -128,7 +128,7 @@ static void complete_left(struct qsm_obj *o, const struct qsm_fabric_cqe *c)
  * -ENOENT, a post -ENOTCONN), so a handler that posts again on a flush cannot keep the QP alive.
  * A dead queue hears of none of them.
  */
-static void flush_left(struct qsm_conn *q, struct qsm_fid *id)
+QSM_ALWAYS_INLINE void flush_left(struct qsm_conn *q, struct qsm_fid *id)
 {
 	struct qsm_ctx *ctx = q->ctx;
 	struct qsm_fabric_cqe c[QSM_FABRIC_CQE_BATCH];
@@ -144,14 +144,11 @@ static void flush_left(struct qsm_conn *q, struct qsm_fid *id)
 	}
 }
 
-static void release_id(struct qsm_conn *q)
+/* The queue's id goes (and its QP, if it has one): its events from now on are stale. */
+static void release_id_now(struct qsm_conn *q, struct qsm_fid *id)
 {
-	struct qsm_fid *id = q->id;
-	bool had_qp;
+	bool had_qp = qsm_conn_has_qp(q);
 
-	if (!id)
-		return;
-	had_qp = qsm_conn_has_qp(q);
 	q->id = NULL;
 	q->srq = NULL;
 	qp_feed(q, QSM_EV_DESTROY);
@@ -162,6 +159,13 @@ static void release_id(struct qsm_conn *q)
 	q->obj.id_gen++;
 }
 
+/* Inline: a retry's RESOLVE_ADDR finds none (the failed attempt's edge let go of it). */
+QSM_ALWAYS_INLINE void release_id(struct qsm_conn *q)
+{
+	if (q->id)
+		release_id_now(q, q->id);
+}
+
 /* A call that failed now is fed back as the event its asynchronous failure would be. */
 static void feed_back(struct qsm_conn *q, int event, int err)
 {
@@ -169,7 +173,7 @@ static void feed_back(struct qsm_conn *q, int event, int err)
 	qsm_post(q->ctx, &q->obj, event, err);
 }
 
-static int create_qp(struct qsm_conn *q)
+QSM_ALWAYS_INLINE int create_qp(struct qsm_conn *q)
 {
 	struct qsm_fabric_qp_attr attr;
 	int r;
