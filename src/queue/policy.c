@@ -208,12 +208,3 @@ void qsm_conn_arm_fast_retry(struct qsm_conn *q, int status)
 	q->ctx->counters.stale_retries++;
 	qsm_timer_arm(q->ctx, &q->timer, QSM_EV_RETRY, QSM_STALE_RETRY_MS);
 }
-
-void qsm_conn_reset_backoff(struct qsm_conn *q)
-{
-	q->stale_rejects = 0;
-	q->attempts = 0;
-	q->exhausted = 0;
-	q->next_delay_ms = 0;
-	q->lost_at_ns = 0;
-}

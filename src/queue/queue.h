@@ -105,7 +105,15 @@ void qsm_conn_arm_retry(struct qsm_conn *q, int status);
 #define QSM_STALE_RETRY_MS 10
 #define QSM_STALE_RETRIES 3
 void qsm_conn_arm_fast_retry(struct qsm_conn *q, int status);
-void qsm_conn_reset_backoff(struct qsm_conn *q);
+/* Connected: the next loss starts the backoff from its first delay. */
+static inline void qsm_conn_reset_backoff(struct qsm_conn *q)
+{
+	q->stale_rejects = 0;
+	q->attempts = 0;
+	q->exhausted = 0;
+	q->next_delay_ms = 0;
+	q->lost_at_ns = 0;
+}
 struct qsm_reconnect_policy qsm_policy_resolved(const struct qsm_reconnect_policy *p);
 /* The shared block for these timeouts (checked) and this policy (NULL: none, a passive
  * queue's), counted once more; NULL: no memory.  _put: one queue less. */

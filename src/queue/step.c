@@ -67,9 +67,12 @@ QSM_ALWAYS_INLINE const struct qsm_event_info *told(struct qsm_event_info *info,
 QSM_ALWAYS_INLINE bool call(struct qsm_conn *q, qsm_handler_fn fn, struct qsm_event_info *info,
 			    const struct qsm_item *it, int from, int to)
 {
+	int r;
+
 	if (!fn || q->dead)
 		return false;
-	refused(q, fn(q, told(info, it, from, to)));
+	if ((r = fn(q, told(info, it, from, to))) != 0)
+		refused(q, r);
 	return q->dead;
 }
 
