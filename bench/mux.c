@@ -24,6 +24,13 @@
  * shrinks after a pass that left it mostly empty (as qsm's FIFO trim does); a re-armed timer
  * already in the heap costs two stores; no eventfd is written for work queued and dispatched
  * in the same pass.
+ *
+ * And what a ULP needs of any multiplexer, as qsm gives it: the connect step's timeout never
+ * fires before the CM's own bound (a timer that races the CM tears down connections the CM
+ * would still complete); the completions left on a QP are taken before its id is destroyed
+ * (every WR completes exactly once); a failure for lack of a resource is counted and ends the
+ * retries after max_exhausted in a row, and a loss that lasts loss_timeout_ms gives up (a
+ * resource exhausted is reported, never retried silently).
  */
 
 enum mux_state {
@@ -51,10 +58,13 @@ struct mux_ulp {
 	int (*connected)(struct mux_conn *c);
 	int (*live)(struct mux_conn *c);
 	void (*unexpected)(struct mux_conn *c, int event);
+	int (*completion)(struct mux_conn *c, const struct qsm_fabric_wc *wc);
 };
 
 struct mux_policy {
 	uint32_t initial_delay_ms, max_delay_ms, multiplier_pct, jitter_pct, max_attempts;
+	uint32_t loss_timeout_ms;         /* 0: none */
+	uint32_t max_exhausted;           /* resource failures in a row; UINT32_MAX: no limit */
 };
 
 struct mux;
@@ -70,7 +80,7 @@ struct mux_conn {
 	bool dead;
 	struct mux_timer timer;
 	struct mux_policy policy;
-	uint32_t attempts, next_delay_ms;
+	uint32_t attempts, exhausted, next_delay_ms;
 	uint64_t lost_at_ns;
 	uint32_t timeout_ms[MUX_NSTATES]; /* per-state step timeouts, 0 = none */
 };
@@ -89,7 +99,7 @@ struct mux_event {
 struct mux_counters {
 	uint64_t events[QSM_EV_LIMIT];
 	uint64_t fabric_events, popped, dispatched, transitions, unexpected, dropped, reconnects;
-	uint64_t action_errors;
+	uint64_t action_errors, exhausted, completions;
 };
 
 struct mux {
@@ -295,10 +305,32 @@ static void timerfd_rearm(struct mux *m)
 
 /* ---- actions ---- */
 
+static void refused(struct mux_conn *c, int r);
+
+static void ulp_completion(struct mux_conn *c, const struct qsm_fabric_wc *wc)
+{
+	c->m->cnt.completions++;
+	if (c->ulp->completion && !c->dead)
+		refused(c, c->ulp->completion(c, wc));
+}
+
+/* What the QP still holds completes now, before its id goes. */
+static __attribute__((noinline)) void flush_left(struct mux_conn *c)
+{
+	struct qsm_fabric_cqe left[QSM_FABRIC_CQE_BATCH];
+	int n;
+
+	while ((n = c->m->ops->flush_qp(c->id, left, QSM_FABRIC_CQE_BATCH)) > 0)
+		for (int i = 0; i < n; i++)
+			ulp_completion(c, &left[i].wc);
+}
+
 static void release_id(struct mux_conn *c)
 {
 	if (!c->id)
 		return;
+	if (c->qp != MUX_QP_NONE && !c->dead)
+		flush_left(c);
 	c->m->ops->destroy_id(c->id);
 	c->id = NULL;
 	c->gen++;
@@ -336,13 +368,30 @@ static uint64_t backoff(struct mux_conn *c)
 	return d;
 }
 
-static void arm_retry(struct mux_conn *c)
+static bool exhaustion(int status)
 {
+	return status == -ENOMEM || status == -ENOSPC || status == -ENOBUFS || status == -EMFILE ||
+	       status == -ENFILE;
+}
+
+/* @status: why the attempt failed. */
+static void arm_retry(struct mux_conn *c, int status)
+{
+	const struct mux_policy *p = &c->policy;
+
 	c->attempts++;
 	if (!c->lost_at_ns)
 		c->lost_at_ns = c->m->now;
-	if (c->policy.max_attempts && c->attempts >= c->policy.max_attempts)
-		mux_push(c->m, c, QSM_EV_GIVE_UP, 0);
+	if (exhaustion(status)) {
+		c->exhausted++;
+		c->m->cnt.exhausted++;
+	} else {
+		c->exhausted = 0;
+	}
+	if ((p->max_attempts && c->attempts >= p->max_attempts) ||
+	    (p->loss_timeout_ms && c->m->now - c->lost_at_ns >= p->loss_timeout_ms * 1000000ull) ||
+	    c->exhausted >= p->max_exhausted)
+		mux_push(c->m, c, QSM_EV_GIVE_UP, status);
 	else
 		timer_arm(c->m, c, QSM_EV_RETRY, backoff(c));
 }
@@ -396,8 +445,15 @@ static inline void to(struct mux_conn *c, int event, enum mux_state s)
 		return;
 	c->timer.armed = false;
 	c->state = (uint8_t)s;
-	if (c->timeout_ms[s])
-		timer_arm(m, c, QSM_EV_TIMEOUT, c->timeout_ms[s]);
+	if (c->timeout_ms[s]) {
+		uint32_t ms = c->timeout_ms[s], cm;
+
+		/* after the CM's own bound, a quarter more, as qsm's after_cm states */
+		if (s == MUX_CONNECTING && m->ops->cm_timeout_ms && c->id &&
+		    (cm = m->ops->cm_timeout_ms(c->id)) && cm + cm / 4 > ms)
+			ms = cm + cm / 4;
+		timer_arm(m, c, QSM_EV_TIMEOUT, ms);
+	}
 }
 
 static void unexpected(struct mux_conn *c, int event)
@@ -426,7 +482,7 @@ static int mux_ready(struct mux_conn *c)
 }
 
 /* The rdma_cm event handler: switch on the state, then on the event. */
-static void handle(struct mux_conn *c, int e)
+static void handle(struct mux_conn *c, int e, int status)
 {
 	const struct qsm_fabric_ops *ops = c->m->ops;
 
@@ -522,7 +578,7 @@ static void handle(struct mux_conn *c, int e)
 		if (e == QSM_EV_DRAINED || e == QSM_EV_TIMEOUT) {
 			release_id(c);
 			to(c, e, MUX_WAIT);
-			arm_retry(c);
+			arm_retry(c, status);
 			return;
 		}
 		if (is_lost(e) || e == QSM_EV_TIMEWAIT_EXIT) {
@@ -560,7 +616,7 @@ static void handle(struct mux_conn *c, int e)
 retry:
 	release_id(c);
 	to(c, e, MUX_WAIT);
-	arm_retry(c);
+	arm_retry(c, status);
 }
 
 /* ---- the loop ---- */
@@ -605,7 +661,7 @@ static int mux_dispatch(struct mux *m, unsigned int budget)
 		const struct mux_event *h;
 		struct mux_conn *c;
 		uint8_t *pdata;
-		int e;
+		int e, status;
 
 		if (!m->len && take_event(m) < 0)
 			break;
@@ -616,6 +672,7 @@ static int mux_dispatch(struct mux *m, unsigned int budget)
 		h = &m->ring[m->head];
 		c = h->c;
 		e = h->event;
+		status = h->status;
 		pdata = h->pdata_len ? h->pdata : NULL;
 		m->head = (m->head + 1) & (m->cap - 1);
 		m->len--;
@@ -625,7 +682,7 @@ static int mux_dispatch(struct mux *m, unsigned int budget)
 		} else {
 			m->cnt.dispatched++;
 			m->cnt.events[e]++;
-			handle(c, e);
+			handle(c, e, status);
 		}
 		if (pdata)
 			free(pdata);
@@ -745,7 +802,7 @@ static struct mux_conn mux_tmpl(uint32_t ms, uint32_t jitter_pct)
 	return (struct mux_conn){
 		.ulp = &bench_ulp, .state = MUX_IDLE, .timer = { .idx = UINT32_MAX },
 		.policy = { .initial_delay_ms = ms, .max_delay_ms = ms, .multiplier_pct = 200,
-			    .jitter_pct = jitter_pct },
+			    .jitter_pct = jitter_pct, .max_exhausted = 8 },
 		.timeout_ms = { [MUX_ADDR] = ms + 1000, [MUX_ROUTE] = ms + 1000, [MUX_CONNECTING] = ms,
 				[MUX_DISCONNECTING] = 2000, [MUX_DRAINING] = ms, [MUX_CLOSING] = ms },
 	};
