@@ -300,11 +300,7 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 		return (int)run_batch(ctx, cqe, (unsigned)r);
 	}
 	ctx->counters.fabric_events++;
-	if (ev.event == QSM_EV_CONNECT_REQUEST)
-		target = ev.listen_owner;
-	else
-		target = ev.owner;
-
+	target = ev.owner;   /* a request's is its listener's (the fabric's rule) */
 	if (!target) {
 		if (ev.event == QSM_EV_DEVICE_ADDED || ev.event == QSM_EV_PORT_ACTIVE) {
 			/* Everyone who waits for a device hears about it: the registry knows who.
@@ -325,10 +321,7 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 		return 0;
 	}
 	it->target = target;
-	if (ev.event == QSM_EV_SRQ_LIMIT)
-		it->srq = ev.srq;
-	else
-		it->id = ev.id;
+	it->id = ev.id;   /* or SRQ_LIMIT's srq: the same union in both */
 	it->gen = target->id_gen;
 	it->event = ev.event;
 	it->status = ev.status;

@@ -198,11 +198,15 @@ struct qsm_fmw;          /* a type-2 memory window on a device (ibv_mw) */
 struct qsm_fabric_event {
 	int event;                /* QSM_EV_*: rdma_cm events, DEVICE_ADDED, QP_FATAL, DRAINED */
 	int status;               /* rdma_cm status: negative errno, or the reject reason for REJECTED */
-	void *owner;              /* owner of `id` at the time the event was taken */
-	struct qsm_fid *id;       /* the id; for CONNECT_REQUEST the *new* id, owner NULL */
-	void *listen_owner;       /* CONNECT_REQUEST: owner of the listening id */
+	/* Whom the event is for, as it was when the event was taken: the owner of `id`; for
+	 * CONNECT_REQUEST (whose new id has no owner yet) the listening id's; for SRQ_LIMIT the
+	 * SRQ's.  The runtime dispatches to it as it is, with no test of the event. */
+	void *owner;
+	union {
+		struct qsm_fid *id;   /* the id; for CONNECT_REQUEST the *new* id */
+		struct qsm_fsrq *srq; /* SRQ_LIMIT (which has no id): the SRQ */
+	};
 	struct qsm_fdev *device;  /* DEVICE_ADDED / DEVICE_REMOVAL: the device */
-	struct qsm_fsrq *srq;     /* SRQ_LIMIT: the SRQ */
 	size_t private_data_len;
 	uint8_t private_data[QSM_FABRIC_PDATA_MAX];
 };

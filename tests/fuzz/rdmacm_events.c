@@ -256,8 +256,8 @@ static int checked_get_event(struct qsm_fabric *f, struct qsm_fabric_event *ev, 
 	id = fake_last.owner_ctx;
 	lid = fake_last.listen_ctx;
 	if (want == QSM_EV_CONNECT_REQUEST)
-		CHECK(!ev->owner && ev->id && ev->listen_owner == (lid ? lid->owner : NULL),
-		      "CONNECT_REQUEST: owner %p, listener's owner %p", ev->owner, ev->listen_owner);
+		CHECK(ev->id && ev->owner == (lid ? lid->owner : NULL),
+		      "CONNECT_REQUEST: for %p, the listener's owner %p", ev->owner, lid ? lid->owner : NULL);
 	else
 		CHECK(ev->owner == (id ? id->owner : NULL), "%s: owner %p, the id's %p", qsm_event_name(want),
 		      ev->owner, id ? id->owner : NULL);

@@ -382,7 +382,6 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 				rdma_destroy_id(ce->id);
 				continue;
 			}
-			ev->listen_owner = lid ? lid->owner : NULL;
 			id->req_initiator_depth = ce->param.conn.initiator_depth;
 			id->req_responder_resources = ce->param.conn.responder_resources;
 		} else {
@@ -410,7 +409,8 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		if (ev->event == QSM_EV_ESTABLISHED && qsm_rc_fid_has_qp(id))
 			id->qp_rts = true;   /* the active side's librdmacm moved it there on the REP */
 		ev->id = id;
-		ev->owner = id->owner;
+		/* a request is for its listener: the new id has no owner yet */
+		ev->owner = lid ? lid->owner : id->owner;
 		if (ev->event == QSM_EV_DEVICE_REMOVAL) {
 			ev->device = id->dev;
 			if (id->dev)

@@ -195,10 +195,12 @@ static int take_pending(struct rc_fabric *f, struct qsm_fabric_event *ev)
 		memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
 		ev->event = p->event;
 		ev->status = p->status;
-		ev->id = p->id;
+		if (p->id)
+			ev->id = p->id;
+		else
+			ev->srq = p->srq;
 		ev->owner = p->id ? p->id->owner : p->srq_owner;
 		ev->device = p->id ? p->id->dev : p->dev;
-		ev->srq = p->srq;
 		qsm_pending_release(p);
 		return 0;
 	}

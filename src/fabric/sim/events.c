@@ -305,10 +305,13 @@ int sim_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, struct q
 	memset(ev, 0, offsetof(struct qsm_fabric_event, private_data));
 	ev->event = e->event;
 	ev->status = e->status;
-	ev->id = e->id ? fid_of(e->id) : NULL;
-	ev->owner = e->id ? e->id->owner : e->srq ? e->srq->owner : NULL;
-	ev->srq = e->id ? NULL : (struct qsm_fsrq *)(void *)e->srq;
-	ev->listen_owner = e->listener ? e->listener->owner : NULL;
+	if (e->id)
+		ev->id = fid_of(e->id);
+	else
+		ev->srq = (struct qsm_fsrq *)(void *)e->srq;
+	/* a request is for its listener: the new id has no owner yet */
+	ev->owner = e->listener ? e->listener->owner :
+		    e->id ? e->id->owner : e->srq ? e->srq->owner : NULL;
 	ev->device = e->dev ? fdev_of(e->dev) : NULL;
 	ev->private_data_len = e->len;
 	memcpy(ev->private_data, e->pdata, e->len);
