@@ -90,9 +90,9 @@ struct qsm_item {
 		struct qsm_fid *id;     /* fabric events: the id it came on; else NULL */
 		struct qsm_fsrq *srq;   /* SRQ_LIMIT (from the fabric only, to a device): the SRQ */
 	};
+	int event;                  /* event and status together (8-aligned): one copy from the */
+	int status;                 /* fabric's event, which has them side by side too */
 	uint32_t gen;               /* the target's id_gen when it was queued */
-	int event;
-	int status;
 	uint32_t pdata_len;
 	uint8_t *pdata;             /* [pdata_len], the item's own copy, only when there is some
 	                               (most events carry none): freed with the item */

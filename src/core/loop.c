@@ -286,15 +286,15 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 	struct qsm_obj *target;
 	int r;
 
-	it->target = NULL;
 	/* A handler of an event with private data dispatches again: its copy (ctx->now_pdata)
 	 * is still read, so this nested pass takes nothing more from the fabric. */
 	if (ctx->now_pdata_busy)
 		return -EBUSY;
-	r = ctx->ops->get_event(ctx->fabric, &ev, cqe, room < INT_MAX ? (int)room : INT_MAX);
+	r = ctx->ops->get_event(ctx->fabric, &ev, cqe, (int)room);   /* room <= INT_MAX */
 	if (r < 0)
 		return r;
 	if (r > 0) {
+		it->target = NULL;   /* (here, not for every event: most are for someone) */
 		if (__builtin_expect(r >= QSM_FABRIC_STRAIGHT, 0))
 			return take_straight(ctx, cqe, r - QSM_FABRIC_STRAIGHT);
 		return (int)run_batch(ctx, cqe, (unsigned)r);
@@ -302,6 +302,7 @@ static int take_fabric_event(struct qsm_ctx *ctx, unsigned room, struct qsm_item
 	ctx->counters.fabric_events++;
 	target = ev.owner;   /* a request's is its listener's (the fabric's rule) */
 	if (!target) {
+		it->target = NULL;
 		if (ev.event == QSM_EV_DEVICE_ADDED || ev.event == QSM_EV_PORT_ACTIVE) {
 			/* Everyone who waits for a device hears about it: the registry knows who.
 			 * Counted in events[] as each fan-out item is dispatched, not here. */
@@ -348,6 +349,8 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 	qsm_check(ctx, -EINVAL);
 	if (!budget)
 		budget = DEFAULT_BUDGET;
+	else if (budget > INT_MAX)
+		budget = INT_MAX;   /* what a fabric is asked for is an int */
 	outer = !ctx->dispatching; /* a handler that dispatches again stays in its pass */
 	if (outer) {
 		ctx->dispatching = true;

@@ -80,12 +80,17 @@ static void heap_swap(struct qsm_ctx *ctx, uint32_t a, uint32_t b)
 	ctx->heap[b]->heap_idx = b;
 }
 
-static void heap_up(struct qsm_ctx *ctx, uint32_t i)
+QSM_ALWAYS_INLINE void heap_up_inline(struct qsm_ctx *ctx, uint32_t i)
 {
 	while (i && ctx->heap[(i - 1) / 2]->key_ns > ctx->heap[i]->key_ns) {
 		heap_swap(ctx, i, (i - 1) / 2);
 		i = (i - 1) / 2;
 	}
+}
+
+static void heap_up(struct qsm_ctx *ctx, uint32_t i)
+{
+	heap_up_inline(ctx, i);
 }
 
 static void heap_down(struct qsm_ctx *ctx, uint32_t i)
@@ -151,17 +156,18 @@ void qsm_timer_unreserve(struct qsm_ctx *ctx)
 	ctx->heap_reserve--;
 }
 
-/* qsm_timer_arm() of a timer out of the heap, or to a deadline earlier than its key. */
-void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline)
+/* A timer whose key moved earlier: up to its place, and the top's key if it is the top now. */
+static void heap_raise(struct qsm_ctx *ctx, struct qsm_timer *t)
 {
-	t->event = (uint8_t)event;
-	t->deadline_ns = deadline;
-	if (t->heap_idx != UINT32_MAX) {
-		t->key_ns = deadline;
-		heap_up(ctx, t->heap_idx);
-		top_refresh(ctx);
-		return;
-	}
+	heap_up(ctx, t->heap_idx);
+	if (t->heap_idx == 0)
+		ctx->heap_top_ns = t->key_ns;
+}
+
+/* A timer out of the heap goes in. */
+static __attribute__((noinline)) void heap_insert(struct qsm_ctx *ctx, struct qsm_timer *t, int event,
+						  uint64_t deadline)
+{
 	if (ctx->heap_len == ctx->heap_cap &&
 	    heap_resize(ctx, ctx->heap_cap ? ctx->heap_cap * 2 : QSM_HEAP_MIN) < 0) {
 		/* Past the reserve (a timer of an object that reserved none): cannot wait, so
@@ -176,8 +182,24 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 	ctx->heap[ctx->heap_len++] = t;
 	if (ctx->heap_len > ctx->heap_hwm)
 		ctx->heap_hwm = ctx->heap_len;
-	heap_up(ctx, t->heap_idx);
-	top_refresh(ctx);
+	heap_raise(ctx, t);
+}
+
+/* qsm_timer_arm() of a timer out of the heap, or to a deadline earlier than its key: no
+ * frame of its own on the way to either (a re-arm earlier is common with many queues). */
+void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uint64_t deadline)
+{
+	t->event = (uint8_t)event;
+	t->deadline_ns = deadline;
+	if (t->heap_idx == UINT32_MAX) {
+		heap_insert(ctx, t, event, deadline);
+		return;
+	}
+	/* its key moves earlier (with many queues, often): in place, with no frame of its own */
+	t->key_ns = deadline;
+	heap_up_inline(ctx, t->heap_idx);
+	if (t->heap_idx == 0)
+		ctx->heap_top_ns = deadline;
 }
 
 /* qsm_timers_trim(): the heap to twice hwm (a power of two, at least QSM_HEAP_MIN). */

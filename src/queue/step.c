@@ -391,9 +391,9 @@ static void unexpected(struct qsm_conn *q, const struct qsm_item *it)
 QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, int P, struct qsm_event_info *info,
 			     const struct qsm_item *it, int from, int to)
 {
-	const struct qsm_state_handlers *hs = q->vt->state[P];
-
 	if (q->vt->leave_mask[P] & (1u << from)) {
+		const struct qsm_state_handlers *hs = q->vt->state[P];
+
 		call(q, hs[from].on_event, info, it, from, to);
 		if (to != from)
 			call(q, hs[from].exit, info, it, from, to);
@@ -412,11 +412,17 @@ QSM_ALWAYS_INLINE void leave(struct qsm_conn *q, int P, struct qsm_event_info *i
  * never fires before the fabric's CM bound and a quarter more, for the CM's event to get
  * through a loaded host and ctx.
  */
-static __attribute__((noinline)) uint32_t after_cm_ms(const struct qsm_conn *q, uint32_t ms)
+static __attribute__((noinline)) uint32_t after_cm_bound(const struct qsm_conn *q, uint32_t ms)
 {
-	uint32_t cm = q->id && q->ctx->ops->cm_timeout_ms ? q->ctx->ops->cm_timeout_ms(q->id) : 0;
+	uint32_t cm = q->ctx->ops->cm_timeout_ms(q->id);
 
 	return cm && cm + cm / 4 > ms ? cm + cm / 4 : ms;
+}
+
+/* Inline: a fabric with no CM bound (the sim's) asks nothing. */
+QSM_ALWAYS_INLINE uint32_t after_cm_ms(const struct qsm_conn *q, uint32_t ms)
+{
+	return q->id && q->ctx->ops->cm_timeout_ms ? after_cm_bound(q, ms) : ms;
 }
 
 QSM_ALWAYS_INLINE void arrive(struct qsm_conn *q, int P, struct qsm_event_info *info,
@@ -532,16 +538,20 @@ static void take_abort(struct qsm_conn *q)
 	step(q, QSM_EV_ABORT, 0);
 }
 
+/* An event of a destroyed queue, or of an id it already let go of. */
+static __attribute__((noinline, cold)) void conn_drop(struct qsm_conn *q)
+{
+	q->ctx->counters.dropped++;
+}
+
 static void conn_dispatch(struct qsm_obj *o, const struct qsm_item *it)
 {
 	struct qsm_conn *q = qsm_container_of(o, struct qsm_conn, obj);
-	struct qsm_ctx *ctx = q->ctx;
 
 	/* closed: dead as well (conn_close) */
 	if ((q->dead && (q->obj.closed || (it->event != QSM_EV_DESTROY && it->event != QSM_EV_ABORT))) ||
 	    qsm_item_stale(it, &q->obj)) {
-		/* destroyed, or an event of an id this queue already let go of */
-		ctx->counters.dropped++;
+		conn_drop(q);
 		return;
 	}
 	step_item(q, it);
