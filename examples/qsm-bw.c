@@ -27,6 +27,15 @@
  * tests only (ctx_set_max_inline sets 0 for a BW test) and is 0 on any device it does not
  * know, rxe among them (its log says "Max inline data : 0[B]"), so its 64 B writes and sends
  * are gathered from the registered buffer, as qsm-bw's are.
+ *
+ * -C (send): credits, for a transport with no RNR retry.  iWARP has none: a send that finds no
+ * receive posted ends the connection (RFC 5040 terminates the stream), so a sender that outruns
+ * the receiver's polling -- its sends complete once handed to TCP, not once received -- kills
+ * the run, where IB and RoCE only retry.  With -C the client sends message i only after the
+ * server has posted the receive for it: it starts with the server's rx depth, and the server
+ * tells it how many it has posted (a CREDIT message, every quarter of the rx depth).  perftest
+ * has no such scheme (on iWARP it relies on its rx depth being deep enough), so the scenario
+ * gives -C on iWARP only.
  */
 #include <arpa/inet.h>
 #include <endian.h>
@@ -48,7 +57,7 @@
 enum mode { MODE_SEND = 1, MODE_WRITE = 2 };
 
 static struct opts {
-	int server, events, one_buf;
+	int server, events, one_buf, credits;
 	enum mode mode;
 	unsigned size, iters, tx_depth, rx_depth, cq_mod;
 	const char *addr;
@@ -59,7 +68,7 @@ static struct opts {
 
 /* The client's connect private data (at most 56 bytes), big endian. */
 struct bw_req {
-	uint32_t magic, mode, size, iters, tx_depth, cq_mod, one_buf;
+	uint32_t magic, mode, size, iters, tx_depth, cq_mod, one_buf, credits, rx_depth;
 };
 
 /* The server's accept private data (write), big endian. */
@@ -68,20 +77,30 @@ struct bw_rep {
 	uint32_t rkey, slots;
 };
 
-/* Control messages: the client's DONE (write), the server's RESULT (both). */
+/* Control messages: the client's DONE (write), the server's RESULT (both) and CREDIT (-C). */
 struct bw_ctl {
-	uint32_t magic, status, count, pad;   /* status: 0 ok, else which check failed */
+	uint32_t magic, status, count, kind;  /* status: 0 ok, else which check failed */
 	uint64_t usec;                        /* RESULT: the server's first-to-last receive time */
 };
 
-enum { WR_CTL_RECV = 1u << 30, WR_CTL_SEND };
+enum { CTL_RESULT, CTL_CREDIT };   /* bw_ctl.kind; CREDIT: count = receives posted so far */
+
+/* Control buffers each way: a CREDIT every quarter of the rx depth, so at most 4 of them and
+ * the RESULT are ever in flight before the client reposts (it may send no more meanwhile). */
+#define NCTL 8
+enum { WR_CTL_RECV = 1u << 30, WR_CTL_SEND = WR_CTL_RECV + NCTL };
+#define WR_IS_CTL_RECV(id) ((id) >= WR_CTL_RECV && (id) < WR_CTL_RECV + NCTL)
+#define WR_IS_CTL_SEND(id) ((id) >= WR_CTL_SEND && (id) < WR_CTL_SEND + NCTL)
 
 struct bw {
 	char *buf;                /* message slots */
 	size_t slots;
 	struct qsm_mr *buf_mr, *ctl_mr;
-	struct bw_ctl ctl_in, ctl_out;   /* one MR covers both (struct bw_ctl ctl[2]) */
+	struct bw_ctl ctl_in[NCTL], ctl_out[NCTL];   /* adjacent: one MR covers both */
+	unsigned ctl_next;                /* the next ctl_out to use */
+	unsigned ctl_inflight;            /* ctl_out sent, not completed */
 	uint64_t scnt, ccnt, rcnt, posted_recv;
+	uint64_t credit;                  /* -C client: messages it may send; server: last told */
 	uint64_t remote_addr;
 	uint32_t rkey;
 	double t0, t1;
@@ -175,29 +194,55 @@ static int alloc_slots(struct bw *b, size_t slots, int receive)
 static int reg_ctl(struct qsm_conn *q, struct bw *b)
 {
 	/* ctl_in and ctl_out are adjacent: one MR for both */
-	return qsm_conn_reg_mr(q, &b->ctl_in, sizeof(b->ctl_in) + sizeof(b->ctl_out),
+	return qsm_conn_reg_mr(q, b->ctl_in, sizeof(b->ctl_in) + sizeof(b->ctl_out),
 			       QSM_ACCESS_LOCAL_WRITE, &b->ctl_mr);
 }
 
-static int post_ctl_recv(struct qsm_conn *q, struct bw *b)
+/* Control receive k (its buffer ctl_in[k], its wr_id WR_CTL_RECV + k). */
+static int post_ctl_recv(struct qsm_conn *q, struct bw *b, unsigned k)
 {
-	struct qsm_sge s = { (uintptr_t)&b->ctl_in, sizeof(b->ctl_in), qsm_mr_lkey(b->ctl_mr) };
+	struct qsm_sge s = { (uintptr_t)&b->ctl_in[k], sizeof(b->ctl_in[k]), qsm_mr_lkey(b->ctl_mr) };
 
-	return qsm_conn_post_recv(q, WR_CTL_RECV, &s, 1);
+	return qsm_conn_post_recv(q, WR_CTL_RECV + k, &s, 1);
 }
 
-static int post_ctl_send(struct qsm_conn *q, struct bw *b, uint32_t status, uint32_t count,
-			 uint64_t usec)
+/* Every control receive the peer may need at once (one without -C). */
+static int post_ctl_recvs(struct qsm_conn *q, struct bw *b, unsigned n)
 {
-	struct qsm_sge s = { (uintptr_t)&b->ctl_out, sizeof(b->ctl_out), qsm_mr_lkey(b->ctl_mr) };
+	int r = 0;
 
-	b->ctl_out = (struct bw_ctl){ .magic = BW_MAGIC, .status = status, .count = count, .usec = usec };
-	return qsm_conn_post_send(q, WR_CTL_SEND, &s, 1, QSM_POST_SIGNALED);
+	for (unsigned k = 0; k < n && r == 0; k++)
+		r = post_ctl_recv(q, b, k);
+	return r;
 }
 
-static int ctl_ok(const struct bw *b, const struct qsm_wc *wc)
+static int post_ctl_send(struct qsm_conn *q, struct bw *b, uint32_t kind, uint32_t status,
+			 uint32_t count, uint64_t usec)
 {
-	return wc->byte_len == sizeof(b->ctl_in) && b->ctl_in.magic == BW_MAGIC;
+	unsigned k = b->ctl_next++ % NCTL;   /* (NCTL ahead of what has completed: see NCTL) */
+	struct qsm_sge s = { (uintptr_t)&b->ctl_out[k], sizeof(b->ctl_out[k]), qsm_mr_lkey(b->ctl_mr) };
+
+	int r;
+
+	b->ctl_out[k] = (struct bw_ctl){ .magic = BW_MAGIC, .kind = kind, .status = status,
+					 .count = count, .usec = usec };
+	r = qsm_conn_post_send(q, WR_CTL_SEND + k, &s, 1, QSM_POST_SIGNALED);
+	if (r == 0)
+		b->ctl_inflight++;
+	return r;
+}
+
+static const struct bw_ctl *ctl_of(const struct bw *b, const struct qsm_wc *wc)
+{
+	const struct bw_ctl *c = &b->ctl_in[wc->wr_id - WR_CTL_RECV];
+
+	return wc->byte_len == sizeof(*c) && c->magic == BW_MAGIC ? c : NULL;
+}
+
+/* -C: the receives a quarter of the rx depth apart, told to the client. */
+static unsigned credit_step(void)
+{
+	return o.rx_depth / 4 ? o.rx_depth / 4 : 1;
 }
 
 /* A completion's status: 0 success, 1 a flush after the run ended, or of a connection that
@@ -222,7 +267,7 @@ static int client_fill(struct qsm_conn *q, struct bw *b)
 {
 	uint32_t lkey = qsm_mr_lkey(b->buf_mr);
 
-	while (b->scnt < o.iters && b->scnt - b->ccnt < o.tx_depth) {
+	while (b->scnt < o.iters && b->scnt - b->ccnt < o.tx_depth && (!o.credits || b->scnt < b->credit)) {
 		uint64_t i = b->scnt;
 		size_t slot = i % b->slots;
 		char *m = b->buf + slot * o.size;
@@ -263,8 +308,9 @@ static int client_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (!b->buf && (r = alloc_slots(b, o.tx_depth, 0)) < 0)
 		goto fail;
 	if ((r = qsm_conn_reg_mr(q, b->buf, b->slots * o.size, QSM_ACCESS_LOCAL_WRITE, &b->buf_mr)) < 0 ||
-	    (r = reg_ctl(q, b)) < 0 || (r = post_ctl_recv(q, b)) < 0)
+	    (r = reg_ctl(q, b)) < 0 || (r = post_ctl_recvs(q, b, o.credits ? NCTL : 1)) < 0)
 		goto fail;
+	b->credit = o.rx_depth;   /* what the server posts before it accepts */
 	return 0;
 fail:
 	fprintf(stderr, "qsm-bw: client buffers: %s\n", strerror(-r));
@@ -330,19 +376,29 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	case 1: return 0;
 	case -1: return client_fail(q, b);
 	}
-	if (wc->wr_id == WR_CTL_SEND)
+	if (WR_IS_CTL_SEND(wc->wr_id))
 		return 0;
-	if (wc->wr_id == WR_CTL_RECV) {
-		if (!ctl_ok(b, wc) || b->ccnt != o.iters) {
+	if (WR_IS_CTL_RECV(wc->wr_id)) {
+		const struct bw_ctl *c = ctl_of(b, wc);
+
+		if (c && o.credits && c->kind == CTL_CREDIT) {
+			/* more receives posted: send on, and take the next CREDIT in this buffer */
+			if (c->count > b->credit)
+				b->credit = c->count;
+			if (post_ctl_recv(q, b, (unsigned)(wc->wr_id - WR_CTL_RECV)) < 0 ||
+			    (b->was_live && client_fill(q, b) < 0))
+				return client_fail(q, b);
+			return 0;
+		}
+		if (!c || c->kind != CTL_RESULT || b->ccnt != o.iters) {
 			fprintf(stderr, "qsm-bw: bad result message (%u bytes) after %llu completed\n",
 				wc->byte_len, (unsigned long long)b->ccnt);
 			return client_fail(q, b);
 		}
 		b->result_seen = 1;
 		printf("qsm-bw: server: %u message(s) checked, status %u%s, first to last %.6f s\n",
-		       b->ctl_in.count, b->ctl_in.status, b->ctl_in.status ? " (DATA WRONG)" : " (ok)",
-		       (double)b->ctl_in.usec / 1e6);
-		if (b->ctl_in.status || b->ctl_in.count != o.iters)
+		       c->count, c->status, c->status ? " (DATA WRONG)" : " (ok)", (double)c->usec / 1e6);
+		if (c->status || c->count != o.iters)
 			b->failed = 1;
 		return qsm_conn_disconnect(q) < 0;
 	}
@@ -357,7 +413,7 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	b->t1 = now_s();
 	client_report(b);
 	/* write: tell the server we are done (send: it counts the messages itself) */
-	if (o.mode == MODE_WRITE && post_ctl_send(q, b, 0, o.iters, 0) < 0)
+	if (o.mode == MODE_WRITE && post_ctl_send(q, b, CTL_RESULT, 0, o.iters, 0) < 0)
 		return client_fail(q, b);
 	return 0;
 }
@@ -439,7 +495,8 @@ static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	memcpy(&req, ev->private_data, sizeof(req));
 	if (be32toh(req.magic) != BW_MAGIC || be32toh(req.mode) != o.mode ||
 	    be32toh(req.size) != o.size || be32toh(req.iters) != o.iters ||
-	    be32toh(req.one_buf) != (uint32_t)o.one_buf)
+	    be32toh(req.one_buf) != (uint32_t)o.one_buf || be32toh(req.credits) != (uint32_t)o.credits ||
+	    (o.credits && be32toh(req.rx_depth) != o.rx_depth))   /* -C: the client counts on it */
 		goto refuse;
 	o.tx_depth = be32toh(req.tx_depth);   /* write: one slot per outstanding write */
 	if (o.mode == MODE_WRITE)
@@ -456,8 +513,8 @@ static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 			       .slots = htobe32((uint32_t)b->slots) };
 	return qsm_conn_accept(q, &rep, sizeof(rep)) < 0;
 refuse:
-	fprintf(stderr, "qsm-bw server: refusing a request that does not match -m %s -S %u -n %u%s\n",
-		mode_name(), o.size, o.iters, o.one_buf ? " -B" : "");
+	fprintf(stderr, "qsm-bw server: refusing a request that does not match -m %s -S %u -n %u%s%s\n",
+		mode_name(), o.size, o.iters, o.one_buf ? " -B" : "", o.credits ? " -C (and -r)" : "");
 	b->failed = 1;
 	return qsm_conn_reject(q, NULL, 0) < 0;
 }
@@ -469,9 +526,10 @@ static int server_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 
 	(void)ev;
 	if (o.mode == MODE_WRITE)
-		r = post_ctl_recv(q, b);
+		r = post_ctl_recv(q, b, 0);
 	while (o.mode == MODE_SEND && b->posted_recv < o.rx_depth && b->posted_recv < o.iters && r == 0)
 		r = post_data_recv(q, b);
+	b->credit = b->posted_recv;   /* -C: what the client starts with */
 	if (r < 0) {
 		fprintf(stderr, "qsm-bw server: post receives: %s\n", strerror(-r));
 		b->failed = 1;
@@ -493,7 +551,7 @@ static int server_result(struct qsm_conn *q, struct bw *b, uint32_t status)
 		b->failed = 1;
 	printf("qsm-bw: %s server: %llu message(s), %s, first to last %.6f s\n", mode_name(),
 	       (unsigned long long)b->rcnt, status ? "DATA WRONG" : "data ok", b->t1 - b->t0);
-	if (post_ctl_send(q, b, status, (uint32_t)b->rcnt, (uint64_t)((b->t1 - b->t0) * 1e6)) < 0)
+	if (post_ctl_send(q, b, CTL_RESULT, status, (uint32_t)b->rcnt, (uint64_t)((b->t1 - b->t0) * 1e6)) < 0)
 		return server_fail(q, b);
 	return 0;
 }
@@ -514,6 +572,20 @@ static uint32_t server_check_slots(struct bw *b)
 	return 0;
 }
 
+/*
+ * -C: every quarter of the rx depth posted again, and the last, the client hears how many
+ * receives there are.  A CREDIT waits while NCTL - 1 control sends are in flight (one is kept
+ * for the RESULT): the next one's completion sends it, with the count of then.
+ */
+static int server_credit(struct qsm_conn *q, struct bw *b)
+{
+	if (!o.credits || b->posted_recv <= b->credit || b->ctl_inflight >= NCTL - 1 ||
+	    (b->posted_recv - b->credit < credit_step() && b->posted_recv < o.iters))
+		return 0;
+	b->credit = b->posted_recv;
+	return post_ctl_send(q, b, CTL_CREDIT, 0, (uint32_t)b->posted_recv, 0);
+}
+
 static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct bw *b = qsm_conn_priv(q);
@@ -523,10 +595,14 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	case 1: return 0;
 	case -1: return server_fail(q, b);
 	}
-	if (wc->wr_id == WR_CTL_SEND)
-		return 0;
-	if (wc->wr_id == WR_CTL_RECV) {   /* write: the client's DONE */
-		if (!ctl_ok(b, wc) || b->ctl_in.count != o.iters) {
+	if (WR_IS_CTL_SEND(wc->wr_id)) {
+		b->ctl_inflight--;
+		return server_credit(q, b) < 0 ? server_fail(q, b) : 0;   /* one that waited */
+	}
+	if (WR_IS_CTL_RECV(wc->wr_id)) {   /* write: the client's DONE */
+		const struct bw_ctl *c = ctl_of(b, wc);
+
+		if (!c || c->count != o.iters) {
 			fprintf(stderr, "qsm-bw server: bad DONE message\n");
 			return server_fail(q, b);
 		}
@@ -562,7 +638,7 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	}
 	if (b->posted_recv < o.iters && post_data_recv(q, b) < 0)
 		return server_fail(q, b);
-	return 0;
+	return server_credit(q, b) < 0 ? server_fail(q, b) : 0;
 }
 
 static void server_release(struct qsm_conn *q)
@@ -617,14 +693,16 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-bw -s|-c -a ADDR [-m send|write] [-p PORT] [-S SIZE] [-n ITERS] [-t TX_DEPTH]\n"
-		"              [-r RX_DEPTH] [-Q CQ_MOD] [-e] [-B] [-T SECONDS]\n"
+		"              [-r RX_DEPTH] [-Q CQ_MOD] [-e] [-B] [-C] [-T SECONDS]\n"
 		"  ib_send_bw -R / ib_write_bw -R on rdma-qsm: -s server, -c client; -m send (default)\n"
 		"  or write; -S message size, 16..1048576 (default 65536); -n iterations (1000);\n"
 		"  -t tx depth (128), -r rx depth (send, 512), -Q one signaled in CQ_MOD (100), as\n"
 		"  perftest; -e sleep on the ctx fd between completions (default: busy poll, as\n"
 		"  perftest); -B one message buffer per side, as perftest (the body and the order are\n"
-		"  checked, not sequence numbers); -T give up after SECONDS (60).  Both ends must be\n"
-		"  given the same -m, -S, -n, -B.\n");
+		"  checked, not sequence numbers); -C (send) credits: the client sends no message\n"
+		"  before the server has posted its receive (for iWARP, which has no RNR retry); -T\n"
+		"  give up after SECONDS (60).  Both ends must be given the same -m, -S, -n, -B, -C\n"
+		"  (and with -C the same -r).\n");
 	exit(2);
 }
 
@@ -635,7 +713,7 @@ int main(int argc, char **argv)
 	int c, client = 0, r;
 	double deadline;
 
-	while ((c = getopt(argc, argv, "sca:m:p:S:n:t:r:Q:eBT:")) != -1) {
+	while ((c = getopt(argc, argv, "sca:m:p:S:n:t:r:Q:eBCT:")) != -1) {
 		switch (c) {
 		case 's': o.server = 1; break;
 		case 'c': client = 1; break;
@@ -656,12 +734,13 @@ int main(int argc, char **argv)
 		case 'Q': o.cq_mod = num(optarg, 1, 8192); break;
 		case 'e': o.events = 1; break;
 		case 'B': o.one_buf = 1; break;
+		case 'C': o.credits = 1; break;
 		case 'T': o.timeout_s = (int)num(optarg, 1, 86400); break;
 		default: usage();
 		}
 	}
 	if (o.server == client || !o.addr || !o.port || !o.size || !o.iters || !o.tx_depth ||
-	    !o.rx_depth || !o.cq_mod || !o.timeout_s || optind != argc)
+	    !o.rx_depth || !o.cq_mod || !o.timeout_s || optind != argc || (o.credits && o.mode != MODE_SEND))
 		usage();
 	/* as perftest: no deeper than the run, no rarer signal than the depth */
 	if (o.tx_depth > o.iters)
@@ -687,7 +766,7 @@ int main(int argc, char **argv)
 		struct qsm_listener *l;
 
 		/* the send queue carries only the result; the client's tx depth needs no room here */
-		server_class.qp = (struct qsm_qp_caps){ .max_send_wr = 4, .max_recv_wr = o.rx_depth + 1 };
+		server_class.qp = (struct qsm_qp_caps){ .max_send_wr = NCTL, .max_recv_wr = o.rx_depth + 1 };
 		r = qsm_listener_new(g_ctx, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&ss,
 				     .cls = &server_class }, &l);
 		if (r < 0)
@@ -695,10 +774,11 @@ int main(int argc, char **argv)
 	} else {
 		struct bw_req req = { htobe32(BW_MAGIC), htobe32(o.mode), htobe32(o.size),
 				      htobe32(o.iters), htobe32(o.tx_depth), htobe32(o.cq_mod),
-				      htobe32((uint32_t)o.one_buf) };
+				      htobe32((uint32_t)o.one_buf), htobe32((uint32_t)o.credits),
+				      htobe32(o.rx_depth) };
 		struct qsm_conn *q;
 
-		client_class.qp = (struct qsm_qp_caps){ .max_send_wr = o.tx_depth, .max_recv_wr = 2 };
+		client_class.qp = (struct qsm_qp_caps){ .max_send_wr = o.tx_depth, .max_recv_wr = NCTL };
 		r = qsm_conn_new(g_ctx, &(struct qsm_conn_opts){ .cls = &client_class,
 				 .dst = (struct sockaddr *)&ss, .private_data = &req,
 				 .private_data_len = sizeof(req),

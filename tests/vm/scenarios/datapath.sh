@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: tried 2026-12-02 with the drain fixed: the bandwidth rounds run, the checked 64 KiB runs fail, qsm-bw "client buffers: Cannot allocate memory" (reg_mr on siw); tests/vm/README.md)
+# qsm-vm: transports rxe siw
 # qsm-vm: families 4 (IPv6: time; ping.sh and removal.sh move data over IPv6)
 # VM scenario: the data path's bandwidth against perftest, on soft-RoCE, in one VM boot.
 # perftest's ib_send_bw -R and ib_write_bw -R (rdma_cm) against examples/qsm-bw doing the same
@@ -115,6 +115,10 @@ run_qsm() {
 	run_no=$((run_no + 1))
 	args=(-a "$addr" -p "$((qsm_base + run_no))" -m "$mode" -S "$size" -n "$iters" -t "$tx_depth" -Q "$cq_mod"
 		-r "$rx_depth" -T 50 "$@")
+	# iWARP has no RNR retry: a send that finds no receive posted ends the connection, so on
+	# siw qsm-bw's sends wait for the server's credits (-C; perftest has none, and relies on
+	# its rx depth)
+	[[ $mode == send && ${QSM_VM_TRANSPORT:-rxe} == siw ]] && args+=(-C)
 	bw=
 	timeout -s KILL 60 "$bin" -s "${args[@]}" >"$slog" 2>&1 &
 	spid=$!
