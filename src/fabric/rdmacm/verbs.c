@@ -681,6 +681,10 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 		swr_fill(id, k, &wr[k], w->tail + (uint32_t)k, k == n - 1);
 	}
 	ret = ibv_post_send(id->cm->qp, id->fab->swr, &bad);
+	/* libsiw refuses a WR (*bad_wr set) and then returns its doorbell's 0 when WRs before it
+	 * were queued and the send queue was idle (siw_post_send): the refusal is bad_wr's */
+	if (__builtin_expect(bad != NULL, 0) && !ret)
+		ret = EINVAL;
 	k = ret ? (int)(bad - id->fab->swr) : n;
 	if (ret && (k < 0 || k > n))
 		k = 0;
