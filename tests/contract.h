@@ -1,5 +1,6 @@
 /* rdma-qsm tests: the fabric contract (src/fabric/fabric.h) written once, run on any fabric a
- * fixture makes: the sim in make check (check_sim), rdmacm on soft-RoCE in the VM (tests/vm/contract). */
+ * fixture makes: the sim in make check (check_sim), rdmacm on soft-RoCE and soft-iWARP in the VM
+ * (tests/vm/contract). */
 #ifndef QSM_TESTS_CONTRACT_H
 #define QSM_TESTS_CONTRACT_H
 
@@ -30,6 +31,11 @@ struct contract_fixture {
 	/* A QP on an SRQ that enters ERR reports LAST_WQE (the sim, always); false: it may or may
 	 * not (rxe), and the cases accept either. */
 	bool last_wqe;
+	/* The devices are iWARP (soft-iWARP in the VM): the cases assert iWARP's CM and verbs facts
+	 * where they differ from IB's and RoCE's (no TIMEWAIT_EXIT, MPA's private data, errno
+	 * rejects, no immediate data or memory windows...), each named where it is checked.  false:
+	 * IB CM and rxe's facts (the sim, soft-RoCE). */
+	bool iwarp;
 	int case_timeout_s;              /* Check's per-case limit */
 	void (*setup)(struct qsm_fabric **fc, struct qsm_fabric **fs);
 	void (*teardown)(void);          /* after both fabrics are destroyed */
@@ -66,6 +72,8 @@ int fd_readable(struct qsm_fabric *f);
 struct qsm_fabric_event *expect_at(int line, struct qsm_fabric *f, int event, void *owner);
 #define expect_none(f) expect_none_at(__LINE__, f)
 void expect_none_at(int line, struct qsm_fabric *f);
+#define expect_timewait_exit(f, owner) expect_timewait_exit_at(__LINE__, f, owner)
+void expect_timewait_exit_at(int line, struct qsm_fabric *f, void *owner);
 #define expect_qp(f, owner, state) expect_qp_at(__LINE__, f, owner, state)
 void expect_qp_at(int line, struct qsm_fabric *f, void *owner, int state);
 void expect_nothing_pending(void);
