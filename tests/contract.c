@@ -1734,7 +1734,12 @@ START_TEST(test_srq_receives_go_in_post_order_to_whichever_qp_a_send_lands_on_an
 	 * marker flushed and LAST_WQE came: LAST_WQE, then DRAINED; a device that never says
 	 * LAST_WQE never says DRAINED either (the runtime's drain timeout ends that wait). */
 	ck_assert_int_eq(fs->ops->drain(p1), 0);
-	if (next_event(fs, contract_fx->event_wait_ms) == 0) {
+	if (contract_fx->iwarp) {
+		/* soft-iWARP never raises IB_EVENT_QP_LAST_WQE_REACHED (6.1's siw has no such
+		 * event), so neither LAST_WQE nor DRAINED comes: the runtime's drain timeout ends
+		 * that wait. */
+		expect_none(fs);
+	} else if (next_event(fs, contract_fx->event_wait_ms) == 0) {
 		ck_assert_int_eq(ev.event, QSM_EV_LAST_WQE);
 		ck_assert_ptr_eq(ev.owner, &SRV);
 		last_wqe = true;
