@@ -1049,6 +1049,43 @@ START_TEST(test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker)
 }
 END_TEST
 
+/* libsiw's siw_post_send: the WR it refuses is *bad_wr, but with WRs before it queued on an idle
+ * send queue it returns its doorbell's 0.  Here the second of the list is refused so. */
+static int siw_like_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	(void)qp;
+	*bad = wr->next;
+	return 0;
+}
+
+/* A set bad_wr is the refusal whatever the provider returned: the WRs before it posted (their
+ * slots held), the refused one and those behind it not (-EINVAL, *posted says how many went). */
+START_TEST(test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0)
+{
+	struct drain_rig x;
+	struct qsm_fabric_wr wrs[3];
+	int posted = -1;
+	uint32_t tail;
+
+	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
+	x.verbs.ops.post_send = siw_like_post_send;
+	x.r.f->swr = calloc(3, sizeof(*x.r.f->swr));
+	x.r.f->ssge = calloc(3 * QSM_FABRIC_MAX_SGE, sizeof(*x.r.f->ssge));
+	ck_assert(x.r.f->swr && x.r.f->ssge);
+	x.r.f->swr_cap = 3;
+	for (int i = 0; i < 3; i++)
+		wrs[i] = (struct qsm_fabric_wr){ .wr_id = 1 + (uint64_t)i, .opcode = QSM_WR_SEND,
+						 .flags = QSM_POST_SIGNALED };
+	tail = x.r.id->wq[WQ_SEND].tail;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, wrs, 3, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 1);
+	ck_assert_uint_eq(x.r.id->wq[WQ_SEND].tail - tail, 1);
+	free(x.r.f->swr);
+	free(x.r.f->ssge);
+	wc_rig_free(&x.r);
+}
+END_TEST
+
 /*
  * iWARP (soft-iWARP never flushes a WR posted in ERR: tests/vm/README.md): no marker; the first
  * poll after the drain that finds the QP's CQ empty stands for it.  The device's own reports
@@ -1194,6 +1231,7 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
+	tcase_add_test(t, test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0);
 	tcase_add_test(t, test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq);
 	tcase_add_test(t, test_cm_timeout_covers_the_kernel_cms_retries);
 	suite_add_tcase(s, t);
