@@ -1,7 +1,8 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: 34 of 35 cases assume IB CM and rxe verbs facts; tests/vm/README.md)
-# VM scenario: the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE
-# (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's rdma_cm.
+# qsm-vm: transports rxe siw
+# VM scenario: the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE or
+# soft-iWARP (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's
+# rdma_cm; on siw each case asserts iWARP's facts where they differ (tests/vm/README.md).
 #   tests/vm/run tests/vm/scenarios/contract.sh [BINARY]
 # The binary: BINARY, else $QSM_CONTRACT_BIN, else ./tests/vm/contract (run from the top of the
 # build tree).  Every wait in the cases is bounded; the whole run is killed after 600 s.
