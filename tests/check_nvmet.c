@@ -23,6 +23,7 @@ struct qsm_pool *g_ns_pool;
 #define HOSTNQN "nqn.2014-08.org.nvmexpress:uuid:check-nvmet-host"
 #define NSLOTS 8                /* capsules a test host has in flight at most */
 #define NHOSTS 16
+#define IOBUF (16u << 10)       /* a test host's buffer for I/O data */
 
 /*
  * Failure injection at the library's door: the test links with --wrap=qsm_conn_accept and
@@ -58,7 +59,8 @@ struct host {
 	struct nvme_sqe sqe[NSLOTS];
 	struct nvme_cqe cqe[NSLOTS];             /* receive buffers for responses */
 	struct nvmf_connect_data data;           /* the Connect data the target RDMA READs */
-	struct qsm_mr *sqe_mr, *cqe_mr, *data_mr;
+	uint8_t io[IOBUF];                       /* I/O data, both ways */
+	struct qsm_mr *sqe_mr, *cqe_mr, *data_mr, *io_mr;
 	unsigned nsent;
 	struct nvme_cqe rsp[4 * NSLOTS];         /* responses, in arrival order */
 	unsigned nrsp;
@@ -90,6 +92,8 @@ static int host_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 					 &h->cqe_mr), 0);
 	ck_assert_int_eq(qsm_conn_reg_mr(q, &h->data, sizeof(h->data), QSM_ACCESS_REMOTE_READ,
 					 &h->data_mr), 0);
+	ck_assert_int_eq(qsm_conn_reg_mr(q, h->io, sizeof(h->io), QSM_ACCESS_LOCAL_WRITE |
+					 QSM_ACCESS_REMOTE_READ | QSM_ACCESS_REMOTE_WRITE, &h->io_mr), 0);
 	for (unsigned i = 0; i < NSLOTS; i++)
 		ck_assert_int_eq(host_post_recv(h, i), 0);
 	return 0;
@@ -200,8 +204,8 @@ static void host_send(struct host *h, const void *sqe)
 static struct nvmf_connect_cmd connect_capsule(struct host *h, uint16_t cid, uint16_t qid,
 					       uint16_t sqsize, uint16_t cntlid)
 {
-	struct nvmf_connect_cmd c = { .opcode = NVME_FABRICS_COMMAND, .cid = htole16(cid),
-				      .fctype = NVMF_FCTYPE_CONNECT, .qid = htole16(qid),
+	struct nvmf_connect_cmd c = { .opcode = NVME_FABRICS_COMMAND, .rsvd1 = NVME_CMD_PSDT_SGL,
+				      .cid = htole16(cid), .fctype = NVMF_FCTYPE_CONNECT, .qid = htole16(qid),
 				      .sqsize = htole16(sqsize), .kato = htole32(15000) };
 	uint32_t len = sizeof(h->data), rkey = qsm_mr_rkey(h->data_mr);
 
@@ -229,8 +233,8 @@ static void host_send_connect(struct host *h, uint16_t cid, uint16_t qid, uint16
 
 static void host_send_prop_set_cc(struct host *h, uint16_t cid, uint32_t cc)
 {
-	struct nvmf_prop_cmd p = { .opcode = NVME_FABRICS_COMMAND, .cid = htole16(cid),
-				   .fctype = NVMF_FCTYPE_PROP_SET, .attrib = 0,
+	struct nvmf_prop_cmd p = { .opcode = NVME_FABRICS_COMMAND, .rsvd1 = NVME_CMD_PSDT_SGL,
+				   .cid = htole16(cid), .fctype = NVMF_FCTYPE_PROP_SET, .attrib = 0,
 				   .offset = htole32(NVME_REG_CC), .value = htole64(cc) };
 
 	((struct nvme_sqe *)(void *)&p)->sgl.type = NVME_SGL_KEYED_DATA << 4;   /* null keyed */
@@ -240,8 +244,8 @@ static void host_send_prop_set_cc(struct host *h, uint16_t cid, uint32_t cc)
 /* Set Features, Number of Queues: n I/O queues asked for. */
 static void host_send_set_nr_queues(struct host *h, uint16_t cid, unsigned n)
 {
-	struct nvme_sqe s = { .opcode = NVME_ADMIN_SET_FEATURES, .cid = htole16(cid),
-			      .cdw10 = htole32(NVME_FEAT_NUM_QUEUES),
+	struct nvme_sqe s = { .opcode = NVME_ADMIN_SET_FEATURES, .flags = NVME_CMD_PSDT_SGL,
+			      .cid = htole16(cid), .cdw10 = htole32(NVME_FEAT_NUM_QUEUES),
 			      .cdw11 = htole32((n - 1) | (n - 1) << 16) };
 
 	s.sgl.type = NVME_SGL_KEYED_DATA << 4;   /* a null keyed descriptor, as the kernel sends */
@@ -257,6 +261,15 @@ static int host_status(const struct host *h, uint16_t cid, uint64_t *result)
 				*result = le64toh(h->rsp[i].result);
 			return (le16toh(h->rsp[i].status) >> 1) & 0x7ff;
 		}
+	return -1;
+}
+
+/* The response to cid: whether it says Do Not Retry. */
+static int host_dnr(const struct host *h, uint16_t cid)
+{
+	for (unsigned i = 0; i < h->nrsp; i++)
+		if (le16toh(h->rsp[i].cid) == cid)
+			return (le16toh(h->rsp[i].status) >> 1 & NVME_STATUS_DNR) != 0;
 	return -1;
 }
 
@@ -285,6 +298,62 @@ static uint16_t host_admin_up(unsigned i, struct host **ret, unsigned nio)
 	ck_assert_int_eq(host_status(h, 3, NULL), NVME_SC_SUCCESS);
 	*ret = h;
 	return (uint16_t)cntlid;
+}
+
+/* A command capsule as the kernel host sends one: PSDT 01b, a null keyed SGL data block. */
+static struct nvme_sqe sqe_of(uint8_t opcode, uint16_t cid)
+{
+	struct nvme_sqe s = { .opcode = opcode, .flags = NVME_CMD_PSDT_SGL, .cid = htole16(cid) };
+
+	s.sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_ADDRESS;
+	return s;
+}
+
+/* DPTR: a keyed SGL data block of len bytes at h->io (len may be what h->io cannot hold: the
+ * target is to refuse such a descriptor before it moves a byte). */
+static void sgl_keyed(struct host *h, struct nvme_sqe *s, uint32_t len)
+{
+	s->sgl.addr = htole64((uintptr_t)h->io);
+	s->sgl.length[0] = len & 0xff;
+	s->sgl.length[1] = (len >> 8) & 0xff;
+	s->sgl.length[2] = (len >> 16) & 0xff;
+	memcpy(s->sgl.key, &(uint32_t){ htole32(qsm_mr_rkey(h->io_mr)) }, 4);
+	s->sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_ADDRESS;
+}
+
+/* DPTR: a data block descriptor with an offset into the capsule (in-capsule data). */
+static void sgl_in_capsule(struct nvme_sqe *s, uint64_t offset, uint32_t len)
+{
+	s->sgl.addr = htole64(offset);
+	memcpy(s->sgl.length, &(uint32_t){ htole32(len) }, 4);   /* 32 bits: into the key's place */
+	s->sgl.type = NVME_SGL_DATA_BLOCK << 4 | NVME_SGL_SUB_OFFSET;
+}
+
+/* Read or Write of nlb blocks (1's based) at slba on namespace 1, its data at h->io, the SGL
+ * describing len bytes. */
+static struct nvme_sqe rw_capsule(struct host *h, uint8_t opcode, uint16_t cid, uint64_t slba,
+				  uint32_t nlb, uint32_t len)
+{
+	struct nvme_sqe s = sqe_of(opcode, cid);
+
+	s.nsid = htole32(1);
+	s.cdw10 = htole32((uint32_t)slba);
+	s.cdw11 = htole32((uint32_t)(slba >> 32));
+	s.cdw12 = htole32(nlb - 1);
+	sgl_keyed(h, &s, len);
+	return s;
+}
+
+/* An admin queue up as host_admin_up, and I/O queue 1 of its controller, connected (hosts 0, 1). */
+static struct host *host_io_up(struct host **admin)
+{
+	uint16_t cntlid = host_admin_up(0, admin, 1);
+	struct host *io = host_up(1, 1, 15);
+
+	host_send_connect(io, 1, 1, 15, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
+	return io;
 }
 
 static void host_close(struct host *h)
@@ -524,6 +593,238 @@ START_TEST(test_connect_of_unknown_recfmt_is_incompatible_format)
 }
 END_TEST
 
+/* ---- malformed capsules: each answered with the spec's status, the queue goes on ---- */
+
+/* An opcode the queue does not know: Invalid Command Opcode, on the admin and the I/O queue; a
+ * Fabrics command of an unknown fctype likewise (the kernel nvmet's answer), and any command
+ * but Connect on a queue not yet connected is a Command Sequence Error. */
+START_TEST(test_unknown_opcode_or_fctype_is_invalid_opcode_and_before_connect_a_sequence_error)
+{
+	struct host *a, *io = host_io_up(&a), *fresh = host_up(2, 0, NVMET_AQ_DEPTH - 1);
+	struct nvme_sqe s;
+
+	s = sqe_of(0xc1, 10);
+	host_send(a, &s);
+	s = sqe_of(NVME_FABRICS_COMMAND, 11);
+	((uint8_t *)&s)[4] = 0x05;   /* fctype */
+	host_send(a, &s);
+	s = sqe_of(0x7e, 10);
+	host_send(io, &s);
+	s = sqe_of(NVME_FABRICS_COMMAND, 1);
+	((uint8_t *)&s)[4] = NVMF_FCTYPE_PROP_GET;
+	host_send(fresh, &s);
+	s = sqe_of(NVME_ADMIN_IDENTIFY, 2);
+	host_send(fresh, &s);
+	pump();
+	ck_assert_int_eq(host_status(a, 10, NULL), NVME_SC_INVALID_OPCODE);
+	ck_assert_int_eq(host_status(a, 11, NULL), NVME_SC_INVALID_OPCODE);
+	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_INVALID_OPCODE);
+	ck_assert_int_eq(host_status(fresh, 1, NULL), NVME_SC_CMD_SEQ_ERROR);
+	ck_assert_int_eq(host_status(fresh, 2, NULL), NVME_SC_CMD_SEQ_ERROR);
+	ck_assert_int_eq(host_dnr(a, 10), 1);
+	ck_assert_uint_eq(g_stats.protocol_errors, 0);
+	ck_assert(io->live && a->live && fresh->live);
+}
+END_TEST
+
+/* Sends caps[0..n) (cids 10, 11, ...) at once, then expects status st[i] for each. */
+static void host_expect(struct host *h, struct nvme_sqe *caps, const int *st, unsigned n)
+{
+	ck_assert_uint_le(n, NSLOTS);
+	for (unsigned i = 0; i < n; i++) {
+		caps[i].cid = htole16((uint16_t)(10 + i));
+		host_send(h, &caps[i]);
+	}
+	pump();
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_msg(host_status(h, (uint16_t)(10 + i), NULL) == st[i],
+			      "capsule %u: status 0x%03x, expected 0x%03x", i,
+			      host_status(h, (uint16_t)(10 + i), NULL), st[i]);
+}
+
+/* DPTR of a type or subtype the RDMA binding does not take (a keyed block of a reserved subtype,
+ * a segment descriptor, an unkeyed block with an address): SGL Descriptor Type Invalid.  PSDT
+ * other than SGLs, or a fused command: Invalid Field in Command.  A keyed block asking for
+ * remote invalidation is the host's to send. */
+START_TEST(test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused)
+{
+	struct host *a, *io = host_io_up(&a);
+	struct nvme_sqe c[6];
+	const int st[6] = { NVME_SC_SGL_INVALID_TYPE, NVME_SC_SGL_INVALID_TYPE,
+			    NVME_SC_SGL_INVALID_TYPE, NVME_SC_INVALID_FIELD, NVME_SC_INVALID_FIELD,
+			    NVME_SC_SUCCESS };
+
+	for (unsigned i = 0; i < 6; i++)
+		c[i] = rw_capsule(io, NVME_CMD_READ, 0, 0, 1, 512);
+	c[0].sgl.type = NVME_SGL_KEYED_DATA << 4 | 0x2;
+	c[1].sgl.type = 0x2 << 4;                                   /* a segment descriptor */
+	c[2].sgl.type = NVME_SGL_DATA_BLOCK << 4 | NVME_SGL_SUB_ADDRESS;
+	c[3].flags = 0;                                             /* PRPs */
+	c[4].flags = NVME_CMD_PSDT_SGL | 1;                         /* fused, first */
+	c[5].sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_INVALIDATE;
+	host_expect(io, c, st, 6);
+	ck_assert_uint_eq(g_stats.reads, 1);
+}
+END_TEST
+
+/* The SGL's length is the command's transfer, no more and no less (SGLS offers no longer SGL):
+ * a keyed block beyond MDTS, one of length 0 for a command with data, one longer or shorter
+ * than the data, one for a command with none: Data SGL Length Invalid; a command whose own
+ * transfer is beyond MDTS: Invalid Field in Command (MDTS's own answer). */
+START_TEST(test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_length_invalid)
+{
+	struct host *a, *io = host_io_up(&a);
+	struct nvmf_connect_cmd cc;
+	struct nvme_sqe c[6];
+	const int st[6] = { NVME_SC_SGL_INVALID_LENGTH, NVME_SC_SGL_INVALID_LENGTH,
+			    NVME_SC_SGL_INVALID_LENGTH, NVME_SC_SGL_INVALID_LENGTH,
+			    NVME_SC_INVALID_FIELD, NVME_SC_SGL_INVALID_LENGTH };
+
+	c[0] = rw_capsule(io, NVME_CMD_WRITE, 0, 0, 8, NVMET_MAX_XFER + 512);
+	c[1] = rw_capsule(io, NVME_CMD_READ, 0, 0, 1, 0);
+	c[2] = rw_capsule(io, NVME_CMD_READ, 0, 0, 1, 1024);
+	c[3] = rw_capsule(io, NVME_CMD_WRITE, 0, 0, 2, 512);
+	c[4] = rw_capsule(io, NVME_CMD_READ, 0, 0, (NVMET_MAX_XFER >> NVMET_LBA_SHIFT) + 1, 512);
+	c[5] = sqe_of(NVME_CMD_FLUSH, 0);
+	c[5].nsid = htole32(1);
+	sgl_keyed(io, &c[5], 512);
+	host_expect(io, c, st, 6);
+
+	c[0] = sqe_of(NVME_ADMIN_IDENTIFY, 0);
+	c[0].cdw10 = htole32(NVME_ID_CNS_CTRL);
+	sgl_keyed(a, &c[0], 0);
+	c[1] = sqe_of(NVME_ADMIN_KEEP_ALIVE, 0);
+	sgl_keyed(a, &c[1], 64);
+	host_expect(a, c, st, 2);
+	ck_assert_uint_eq(g_stats.reads + g_stats.writes, 0);
+
+	/* a Connect whose data descriptor is empty */
+	io = host_up(2, 2, 15);
+	cc = connect_capsule(io, 1, 2, 15, 1);
+	cc.sgl.length[0] = cc.sgl.length[1] = cc.sgl.length[2] = 0;
+	host_send(io, &cc);
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SGL_INVALID_LENGTH);
+}
+END_TEST
+
+/* In-capsule data: this target takes none (IOCCSZ is the SQE), so a data block descriptor with
+ * an offset beyond the capsule's data is SGL Offset Invalid, one with a length beyond it Data
+ * SGL Length Invalid, and one naming nothing is a command with no data. */
+START_TEST(test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid)
+{
+	struct host *a, *io = host_io_up(&a);
+	struct nvme_sqe c[4];
+	const int st[4] = { NVME_SC_SGL_INVALID_OFFSET, NVME_SC_SGL_INVALID_LENGTH,
+			    NVME_SC_SGL_INVALID_OFFSET, NVME_SC_SUCCESS };
+
+	for (unsigned i = 0; i < 3; i++)
+		c[i] = rw_capsule(io, NVME_CMD_WRITE, 0, 0, 1, 512);
+	sgl_in_capsule(&c[0], 64, 512);
+	sgl_in_capsule(&c[1], 0, 512);
+	sgl_in_capsule(&c[2], ~0ull, 0);
+	c[3] = sqe_of(NVME_CMD_FLUSH, 0);
+	c[3].nsid = htole32(1);
+	sgl_in_capsule(&c[3], 0, 0);
+	host_expect(io, c, st, 4);
+	ck_assert_uint_eq(g_stats.writes, 0);
+}
+END_TEST
+
+/* LBAs past the namespace, and an SLBA + NLB that wraps 64 bits: LBA Out of Range; the last
+ * block itself is read. */
+START_TEST(test_lbas_beyond_the_namespace_or_wrapping_are_lba_out_of_range)
+{
+	struct host *a, *io = host_io_up(&a);
+	uint64_t blocks = NS_SIZE >> NVMET_LBA_SHIFT;
+	struct nvme_sqe c[5];
+	const int st[5] = { NVME_SC_LBA_RANGE, NVME_SC_LBA_RANGE, NVME_SC_LBA_RANGE,
+			    NVME_SC_LBA_RANGE, NVME_SC_SUCCESS };
+
+	c[0] = rw_capsule(io, NVME_CMD_READ, 0, blocks, 1, 512);
+	c[1] = rw_capsule(io, NVME_CMD_WRITE, 0, blocks - 1, 2, 1024);
+	c[2] = rw_capsule(io, NVME_CMD_READ, 0, ~0ull, 2, 1024);
+	c[3] = rw_capsule(io, NVME_CMD_WRITE, 0, ~0ull - 1, 8, 4096);
+	c[4] = rw_capsule(io, NVME_CMD_READ, 0, blocks - 1, 1, 512);
+	host_expect(io, c, st, 5);
+	ck_assert_uint_eq(g_stats.reads, 1);
+	ck_assert_uint_eq(g_stats.writes, 0);
+}
+END_TEST
+
+/* ---- Connect: every parameter out of place is Connect Invalid Parameters, with IATTR (1: in
+ * the data) and IPO (its byte offset) in the result ---- */
+
+static int connect_status(struct host *h, uint16_t cid, struct nvmf_connect_cmd *c, uint64_t *result)
+{
+	host_send(h, c);
+	pump();
+	return host_status(h, cid, result);
+}
+
+START_TEST(test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_command)
+{
+	struct host *h = host_up(0, 0, NVMET_AQ_DEPTH - 1), *io;
+	struct nvmf_connect_cmd c;
+	uint64_t r;
+
+	c = connect_capsule(h, 1, 1, NVMET_AQ_DEPTH - 1, 0xffff);   /* qid 1 on the admin queue */
+	ck_assert_int_eq(connect_status(h, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_QID);
+	c = connect_capsule(h, 2, 0, 0, 0xffff);
+	ck_assert_int_eq(connect_status(h, 2, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
+	c = connect_capsule(h, 3, 0, NVMET_AQ_DEPTH, 0xffff);        /* the queue holds 32 */
+	ck_assert_int_eq(connect_status(h, 3, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
+	ck_assert_int_eq(host_dnr(h, 3), 1);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+
+	/* an I/O queue of 8 entries asking for 16 */
+	io = host_up(1, 1, 7);
+	c = connect_capsule(io, 1, 1, 15, 1);
+	ck_assert_int_eq(connect_status(io, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
+
+	/* after all that the queue still connects */
+	c = connect_capsule(h, 4, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	ck_assert_int_eq(connect_status(h, 4, &c, &r), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+}
+END_TEST
+
+START_TEST(test_connect_of_unknown_cntlid_or_unterminated_nqn_is_invalid_parameters_in_the_data)
+{
+	struct host *a, *h, *io;
+	uint16_t cntlid = host_admin_up(0, &a, 2);
+	struct nvmf_connect_cmd c;
+	uint64_t r;
+
+	io = host_up(1, 1, 15);
+	c = connect_capsule(io, 1, 1, 15, (uint16_t)(cntlid + 1));
+	ck_assert_int_eq(connect_status(io, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_CNTLID);
+	c = connect_capsule(io, 2, 1, 15, cntlid);
+	memset(io->data.hostnqn, 'h', sizeof(io->data.hostnqn));
+	ck_assert_int_eq(connect_status(io, 2, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_HOSTNQN);
+	c = connect_capsule(io, 3, 1, 15, cntlid);
+	memset(io->data.subsysnqn, 's', NVMF_NQN_MAX + 1);   /* the NUL where no NQN ends */
+	ck_assert_int_eq(connect_status(io, 3, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_SUBNQN);
+	c = connect_capsule(io, 4, 1, 15, cntlid);
+	ck_assert_int_eq(connect_status(io, 4, &c, &r), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(r, cntlid);
+
+	/* the dynamic controller model: an admin queue asks for cntlid 0xffff, no other */
+	h = host_up(2, 0, NVMET_AQ_DEPTH - 1);
+	c = connect_capsule(h, 1, 0, NVMET_AQ_DEPTH - 1, cntlid);
+	ck_assert_int_eq(connect_status(h, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_CNTLID);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -537,6 +838,13 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_admin_queues_beyond_the_controller_cap_are_rejected_at_the_request);
 	tcase_add_test(t, test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request);
 	tcase_add_test(t, test_connect_of_unknown_recfmt_is_incompatible_format);
+	tcase_add_test(t, test_unknown_opcode_or_fctype_is_invalid_opcode_and_before_connect_a_sequence_error);
+	tcase_add_test(t, test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused);
+	tcase_add_test(t, test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_length_invalid);
+	tcase_add_test(t, test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid);
+	tcase_add_test(t, test_lbas_beyond_the_namespace_or_wrapping_are_lba_out_of_range);
+	tcase_add_test(t, test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_command);
+	tcase_add_test(t, test_connect_of_unknown_cntlid_or_unterminated_nqn_is_invalid_parameters_in_the_data);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -3,6 +3,7 @@
  * Event Request, Abort) and the NVM I/O commands (Read, Write, Flush) on one RAM namespace.
  * One controller per host association: created by the admin queue's Connect (dynamic
  * controller model), found by cntlid by the I/O queues' Connect, freed with its last queue. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -93,6 +94,17 @@ static void ctrl_free(struct nvmet_ctrl *c)
 	free(c);
 }
 
+/* The data a command moves is exactly what its SGL describes: SGLS offers no longer SGL (bit 18
+ * clear), and a shorter one cannot hold the data.  Otherwise Data SGL Length Invalid, as the
+ * kernel's nvmet answers; false when r is answered so. */
+static bool xfer_is(struct nvmet_req *r, uint32_t len)
+{
+	if (r->rlen == len)
+		return true;
+	nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
+	return false;
+}
+
 void nvmet_queue_detach(struct nvmet_queue *nq)
 {
 	struct nvmet_ctrl *c = nq->ctrl;
@@ -139,26 +151,39 @@ static void connect_data_ready(struct nvmet_req *r)
 	int discovery;
 
 	nq->connecting = 0;
-	d->subsysnqn[sizeof(d->subsysnqn) - 1] = 0;
-	d->hostnqn[sizeof(d->hostnqn) - 1] = 0;
 	g_stats.connects++;
 	if (le16toh(cmd->recfmt) != 0) {
 		g_stats.connect_errors++;
 		nvmet_complete(r, NVME_SC_CONNECT_INCOMPATIBLE | NVME_STATUS_DNR, 0);
 		return;
 	}
+	/* an NQN with no NUL where an NQN can end is no NQN: an invalid parameter, as SPDK
+	 * answers (not cut short into a name the host did not send) */
+	if (!memchr(d->subsysnqn, 0, NVMF_NQN_MAX + 1)) {
+		LOG("queue %u: Connect with an unterminated subsystem NQN", nq->serial);
+		return connect_invalid(r, 1, NVMF_CONNECT_DATA_SUBNQN);
+	}
+	if (!memchr(d->hostnqn, 0, NVMF_NQN_MAX + 1)) {
+		LOG("queue %u: Connect with an unterminated host NQN", nq->serial);
+		return connect_invalid(r, 1, NVMF_CONNECT_DATA_HOSTNQN);
+	}
 	if (qid != nq->qid) {
 		LOG("queue %u: Connect for qid %u on the queue of qid %u", nq->serial, qid, nq->qid);
-		return connect_invalid(r, 0, 42);
+		return connect_invalid(r, 0, NVMF_CONNECT_CMD_QID);
 	}
 	if (sqsize == 0 || sqsize + 1u > nq->depth) {
 		LOG("queue %u: Connect sqsize %u, queue depth %u", nq->serial, sqsize, nq->depth);
-		return connect_invalid(r, 0, 44);
+		return connect_invalid(r, 0, NVMF_CONNECT_CMD_SQSIZE);
 	}
 	discovery = strcmp(d->subsysnqn, NVME_DISC_SUBSYS_NAME) == 0;
 	if (!discovery && strcmp(d->subsysnqn, g_opts.subnqn) != 0) {
 		LOG("queue %u: Connect to unknown subsystem %s", nq->serial, d->subsysnqn);
-		return connect_invalid(r, 1, 256);
+		return connect_invalid(r, 1, NVMF_CONNECT_DATA_SUBNQN);
+	}
+	/* the dynamic controller model: an admin queue's Connect asks for any controller */
+	if (qid == 0 && le16toh(d->cntlid) != 0xffff) {
+		LOG("queue %u: admin Connect for cntlid %u", nq->serial, le16toh(d->cntlid));
+		return connect_invalid(r, 1, NVMF_CONNECT_DATA_CNTLID);
 	}
 	if (qid == 0) {
 		if ((st = ctrl_new(&c)) != NVME_SC_SUCCESS) {
@@ -180,11 +205,11 @@ static void connect_data_ready(struct nvmet_req *r)
 		    strcmp(nqn_of(c), d->subsysnqn) != 0 || !(c->csts & NVME_CSTS_RDY)) {
 			LOG("queue %u: I/O queue Connect for unknown or unready controller %u",
 			    nq->serial, le16toh(d->cntlid));
-			return connect_invalid(r, 1, 16);
+			return connect_invalid(r, 1, NVMF_CONNECT_DATA_CNTLID);
 		}
 		if (qid > c->nr_io_queues) {
 			LOG("queue %u: qid %u not granted on controller %u", nq->serial, qid, c->cntlid);
-			return connect_invalid(r, 0, 42);
+			return connect_invalid(r, 0, NVMF_CONNECT_CMD_QID);
 		}
 		if (c->queues[qid]) {   /* the queue exists: as a second Connect on one queue */
 			LOG("queue %u: qid %u in use on controller %u", nq->serial, qid, c->cntlid);
@@ -214,10 +239,8 @@ static void exec_connect(struct nvmet_req *r)
 		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
 		return;
 	}
-	if (r->rlen < sizeof(struct nvmf_connect_data)) {
-		nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
+	if (!xfer_is(r, sizeof(struct nvmf_connect_data)))
 		return;
-	}
 	nq->connecting = 1;
 	nvmet_fetch(r, r->buf, nq->buf_lkey, sizeof(struct nvmf_connect_data), connect_data_ready);
 }
@@ -292,9 +315,17 @@ static void exec_fabrics(struct nvmet_req *r)
 		return;
 	}
 	switch (fctype) {
-	case NVMF_FCTYPE_PROP_GET: exec_prop_get(r, c); break;
-	case NVMF_FCTYPE_PROP_SET: exec_prop_set(r, c); break;
-	default: nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0); break;
+	case NVMF_FCTYPE_PROP_GET:
+		if (xfer_is(r, 0))
+			exec_prop_get(r, c);
+		break;
+	case NVMF_FCTYPE_PROP_SET:
+		if (xfer_is(r, 0))
+			exec_prop_set(r, c);
+		break;
+	default:
+		nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0);
+		break;
 	}
 }
 
@@ -308,11 +339,11 @@ static void put_str(uint8_t *dst, const char *s, size_t len)   /* space padded *
 	memcpy(dst, s, n < len ? n : len);
 }
 
-/* Data for the host: at most what its SGL holds. */
+/* Data for the host: len bytes, what its SGL holds (xfer_is). */
 static void complete_data(struct nvmet_req *r, void *data, uint32_t len, uint32_t lkey)
 {
 	r->c2h = data;
-	r->c2h_len = len < r->rlen ? len : r->rlen;
+	r->c2h_len = len;
 	r->c2h_lkey = lkey;
 	nvmet_complete(r, NVME_SC_SUCCESS, 0);
 }
@@ -344,7 +375,7 @@ static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
 	id[525] = 0;                             /* VWC: none, RAM is as durable as it gets */
 	put_le32(id + 536, 1u << 0 | 1u << 2);   /* SGLS: SGLs, keyed SGL data blocks (no offsets) */
 	snprintf((char *)id + 768, 256, "%s", nqn_of(c));                          /* SUBNQN */
-	put_le32(id + 1792, NVME_SQE_SIZE / 16);  /* IOCCSZ: command capsule = the SQE only */
+	put_le32(id + 1792, (NVME_SQE_SIZE + nvmet_icd_size) / 16);   /* IOCCSZ */
 	put_le32(id + 1796, NVME_CQE_SIZE / 16);  /* IORCSZ */
 	put_le16(id + 1800, 0);                  /* ICDOFF */
 	id[1802] = 0;                            /* FCATT: dynamic controller model */
@@ -416,7 +447,8 @@ static void exec_identify(struct nvmet_req *r, struct nvmet_ctrl *c)
 	default:
 		goto invalid;
 	}
-	complete_data(r, id, NVMET_BUF_SIZE, r->nq->buf_lkey);
+	if (xfer_is(r, NVMET_BUF_SIZE))
+		complete_data(r, id, NVMET_BUF_SIZE, r->nq->buf_lkey);
 	return;
 bad_ns:
 	nvmet_complete(r, NVME_SC_INVALID_NS | NVME_STATUS_DNR, 0);
@@ -486,6 +518,8 @@ static void exec_get_log_page(struct nvmet_req *r, struct nvmet_ctrl *c)
 	}
 	if (off > plen)
 		goto invalid;
+	if (!xfer_is(r, (uint32_t)len))
+		return;
 	memset(r->buf, 0, len);
 	memcpy(r->buf, page + off, plen - off < len ? plen - off : len);
 	complete_data(r, r->buf, (uint32_t)len, r->nq->buf_lkey);
@@ -501,6 +535,8 @@ static void exec_features(struct nvmet_req *r, struct nvmet_ctrl *c, int set)
 	uint64_t result = 0;
 	unsigned n;
 
+	if (!xfer_is(r, 0))   /* none of these features has data */
+		return;
 	switch (fid) {
 	case NVME_FEAT_NUM_QUEUES:
 		if (c->discovery)
@@ -550,9 +586,12 @@ static void exec_admin(struct nvmet_req *r, struct nvmet_ctrl *c)
 		exec_features(r, c, r->cmd.opcode == NVME_ADMIN_SET_FEATURES);
 		return;
 	case NVME_ADMIN_KEEP_ALIVE:
-		nvmet_complete(r, NVME_SC_SUCCESS, 0);
+		if (xfer_is(r, 0))
+			nvmet_complete(r, NVME_SC_SUCCESS, 0);
 		return;
 	case NVME_ADMIN_ASYNC_EVENT:
+		if (!xfer_is(r, 0))
+			return;
 		if (c->naer >= NVMET_MAX_AER) {
 			nvmet_complete(r, NVME_SC_ASYNC_LIMIT | NVME_STATUS_DNR, 0);
 			return;
@@ -561,7 +600,8 @@ static void exec_admin(struct nvmet_req *r, struct nvmet_ctrl *c)
 		c->aer[c->naer++] = r;
 		return;
 	case NVME_ADMIN_ABORT:
-		nvmet_complete(r, NVME_SC_SUCCESS, 1);   /* not aborted */
+		if (xfer_is(r, 0))
+			nvmet_complete(r, NVME_SC_SUCCESS, 1);   /* not aborted */
 		return;
 	default:
 		nvmet_complete(r, NVME_SC_INVALID_OPCODE | NVME_STATUS_DNR, 0);
@@ -592,7 +632,8 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 		g_stats.flushes++;
 		if (nsid != 1 && nsid != 0xffffffff)
 			goto bad_ns;
-		nvmet_complete(r, NVME_SC_SUCCESS, 0);
+		if (xfer_is(r, 0))
+			nvmet_complete(r, NVME_SC_SUCCESS, 0);
 		return;
 	case NVME_CMD_READ:
 	case NVME_CMD_WRITE:
@@ -600,19 +641,19 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 			goto bad_ns;
 		slba = le32toh(cmd->cdw10) | (uint64_t)le32toh(cmd->cdw11) << 32;
 		nlb = (le32toh(cmd->cdw12) & 0xffff) + 1u;
+		len = nlb << NVMET_LBA_SHIFT;
+		/* MDTS's own answer (NVMe base, Identify Controller), whatever the namespace */
+		if (len > NVMET_MAX_XFER) {
+			nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+			return;
+		}
+		/* SLBA + NLB compared without the sum, which a host can make wrap */
 		if (slba >= ns_blocks() || nlb > ns_blocks() - slba) {
 			nvmet_complete(r, NVME_SC_LBA_RANGE | NVME_STATUS_DNR, 0);
 			return;
 		}
-		len = nlb << NVMET_LBA_SHIFT;
-		if (len > (4096u << NVMET_MDTS)) {
-			nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
+		if (!xfer_is(r, (uint32_t)len))
 			return;
-		}
-		if (r->rlen < len) {
-			nvmet_complete(r, NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR, 0);
-			return;
-		}
 		if (cmd->opcode == NVME_CMD_WRITE) {
 			g_stats.writes++;
 			g_stats.bytes_written += len;

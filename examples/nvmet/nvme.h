@@ -56,9 +56,13 @@ struct nvme_sgl {
 #define NVME_SGL_SUB_OFFSET   0x1
 #define NVME_SGL_SUB_INVALIDATE 0xf
 
+#define NVME_CMD_FUSE_MASK 0x03      /* flags: FUSE (bits 0-1) */
+#define NVME_CMD_PSDT_MASK 0xc0      /* flags: PSDT (bits 6-7) */
+#define NVME_CMD_PSDT_SGL  0x40      /* 01b: SGLs, MPTR one contiguous buffer (fabrics: the only) */
+
 struct nvme_sqe {
 	uint8_t opcode;          /* 0 */
-	uint8_t flags;           /* 1: PSDT (bits 6-7) = 01b for SGLs */
+	uint8_t flags;           /* 1: FUSE (bits 0-1), PSDT (bits 6-7) = 01b for SGLs */
 	uint16_t cid;            /* 2 */
 	uint32_t nsid;           /* 4; fabrics commands: fctype in byte 4 */
 	uint32_t cdw2, cdw3;     /* 8 */
@@ -91,6 +95,8 @@ enum {
 	NVME_SC_CMD_SEQ_ERROR = 0x00c,
 	NVME_SC_SGL_INVALID_LENGTH = 0x00f,   /* Data SGL Length Invalid */
 	NVME_SC_SGL_INVALID_TYPE = 0x011,     /* SGL Descriptor Type Invalid */
+	NVME_SC_SGL_INVALID_OFFSET = 0x016,   /* SGL Offset Invalid */
+	NVME_SC_CMD_INTERRUPTED = 0x021,      /* Command Interrupted: the host retries (no DNR) */
 	NVME_SC_LBA_RANGE = 0x080,
 	NVME_SC_INVALID_LOG_PAGE = 0x109,
 	NVME_SC_FEATURE_NOT_CHANGEABLE = 0x10e,
@@ -155,7 +161,15 @@ struct nvmf_prop_cmd {
 	uint8_t rsvd4[8];
 } __attribute__((packed));
 
-/* Connect data (1024 bytes, host -> controller). */
+/* Connect data (1024 bytes, host -> controller).  An NQN is at most 223 bytes (NVMe Base, NVMe
+ * Qualified Names), NUL-terminated in its 256-byte field. */
+#define NVMF_NQN_MAX 223
+#define NVMF_CONNECT_DATA_CNTLID 16      /* byte offsets, for a Connect Invalid Parameters' IPO */
+#define NVMF_CONNECT_DATA_SUBNQN 256
+#define NVMF_CONNECT_DATA_HOSTNQN 512
+#define NVMF_CONNECT_CMD_QID 42
+#define NVMF_CONNECT_CMD_SQSIZE 44
+
 struct nvmf_connect_data {
 	uint8_t hostid[16];
 	uint16_t cntlid;

@@ -17,6 +17,10 @@
 #define NVMET_MAX_CTRLS 0xffef   /* controllers per target (-c at most): cntlids 1..0xffef */
 #define NVMET_BUF_SIZE 4096      /* per-request buffer: connect data, identify, log pages */
 #define NVMET_MDTS 8             /* 2^8 * 4 KiB = 1 MiB per command */
+#define NVMET_MAX_XFER (4096u << NVMET_MDTS)
+/* In-capsule data a command capsule may carry after its SQE: none (IOCCSZ is the SQE alone);
+ * a variable, not a macro, so that the checks against it read as they will once it is not 0. */
+static const uint32_t nvmet_icd_size = 0;
 #define NVMET_LBA_SHIFT 9        /* 512-byte LBAs */
 #define NVMET_MAX_AER 4          /* AERL + 1 */
 

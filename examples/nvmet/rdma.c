@@ -234,25 +234,52 @@ void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 	}
 }
 
-/* DPTR: the kernel host always sends one keyed SGL data block descriptor (a null one when
- * there is no data); in-capsule data is not offered (no SGL offset support in Identify). */
-static uint16_t parse_sgl(struct nvmet_req *r)
+/* The capsule's flags and DPTR, as the NVMe/RDMA binding allows them: no fused commands, PSDT
+ * 01b (SGLs; the kernel host sets it on every capsule), and one descriptor: a keyed SGL data
+ * block (address, or address with remote invalidation) for data moved by RDMA, at most MDTS; or
+ * a data block with an offset into the capsule's own data, icd_len bytes after the SQE (this
+ * target offers none, nvmet_icd_size: such a descriptor can name zero bytes at offset 0 and
+ * nothing else, whatever arrived).  The statuses are the NVMe base spec's, told apart as SPDK
+ * does: an offset beyond the data, a length beyond what is there or beyond MDTS, a descriptor of
+ * another type or subtype.  Whether the length is the command's own is the command's check. */
+static uint16_t parse_sgl(struct nvmet_req *r, uint32_t icd_len)
 {
 	const struct nvme_sgl *sgl = &r->cmd.sgl;
+	unsigned type = sgl->type >> 4, subtype = sgl->type & 0xf;
+	uint64_t addr = le64toh(sgl->addr);
 
-	r->raddr = le64toh(sgl->addr);
-	r->rlen = get_le24(sgl->length);
-	r->rkey = get_le32b(sgl->key);
-	if ((sgl->type >> 4) != NVME_SGL_KEYED_DATA) {
-		r->rlen = 0;
-		return NVME_SC_SGL_INVALID_TYPE | NVME_STATUS_DNR;
+	r->raddr = 0;
+	r->rkey = 0;
+	r->rlen = 0;
+	if ((r->cmd.flags & NVME_CMD_FUSE_MASK) ||
+	    (r->cmd.flags & NVME_CMD_PSDT_MASK) != NVME_CMD_PSDT_SGL)
+		return NVME_SC_INVALID_FIELD | NVME_STATUS_DNR;
+	if (type == NVME_SGL_KEYED_DATA &&
+	    (subtype == NVME_SGL_SUB_ADDRESS || subtype == NVME_SGL_SUB_INVALIDATE)) {
+		if (get_le24(sgl->length) > NVMET_MAX_XFER)
+			return NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR;
+		r->raddr = addr;
+		r->rlen = get_le24(sgl->length);
+		r->rkey = get_le32b(sgl->key);
+		return 0;
 	}
-	return 0;
+	if (type == NVME_SGL_DATA_BLOCK && subtype == NVME_SGL_SUB_OFFSET) {
+		/* an unkeyed descriptor's length is 32 bits: bytes 8..11 */
+		uint32_t len = get_le32b(sgl->length);
+
+		if (addr > icd_len)
+			return NVME_SC_SGL_INVALID_OFFSET | NVME_STATUS_DNR;
+		if (len > icd_len - addr)
+			return NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR;
+		return 0;
+	}
+	return NVME_SC_SGL_INVALID_TYPE | NVME_STATUS_DNR;
 }
 
 static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 {
 	struct nvmet_req *r;
+	uint32_t icd_len;
 	uint16_t st;
 	int rc;
 
@@ -278,8 +305,10 @@ static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 	if (++nq->sqhd == nq->depth)
 		nq->sqhd = 0;
 	g_stats.cmds++;
-	st = parse_sgl(r);
-	if (st && r->cmd.opcode != NVME_ADMIN_ASYNC_EVENT && r->cmd.opcode != NVME_ADMIN_KEEP_ALIVE) {
+	icd_len = len - NVME_SQE_SIZE;
+	if (icd_len > nvmet_icd_size)
+		icd_len = nvmet_icd_size;
+	if ((st = parse_sgl(r, icd_len)) != 0) {
 		nvmet_complete(r, st, 0);
 		return 0;
 	}
