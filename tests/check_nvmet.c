@@ -374,7 +374,7 @@ static void setup(void)
 	accept_fails = reject_fails = 0;
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420,
 		.subnqn = "nqn.2024-01.io.rdma-qsm:check", .ns_size = NS_SIZE, .max_io_queues = 4,
-		.max_ctrls = 4, .family = AF_INET };
+		.max_ctrls = 4, .max_ctrl_cmds = 1024, .max_ctrl_data = 128u << 20, .family = AF_INET };
 	ck_assert_ptr_nonnull(g_ns = calloc(1, NS_SIZE));
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
@@ -627,6 +627,14 @@ START_TEST(test_unknown_opcode_or_fctype_is_invalid_opcode_and_before_connect_a_
 }
 END_TEST
 
+/* Sends one capsule (whose cid is cid) and returns the status of its response. */
+static int host_ask(struct host *h, const void *capsule, uint16_t cid, uint64_t *result)
+{
+	host_send(h, capsule);
+	pump();
+	return host_status(h, cid, result);
+}
+
 /* Sends caps[0..n) (cids 10, 11, ...) at once, then expects status st[i] for each. */
 static void host_expect(struct host *h, struct nvme_sqe *caps, const int *st, unsigned n)
 {
@@ -702,9 +710,7 @@ START_TEST(test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_l
 	io = host_up(2, 2, 15);
 	cc = connect_capsule(io, 1, 2, 15, 1);
 	cc.sgl.length[0] = cc.sgl.length[1] = cc.sgl.length[2] = 0;
-	host_send(io, &cc);
-	pump();
-	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SGL_INVALID_LENGTH);
+	ck_assert_int_eq(host_ask(io, &cc, 1, NULL), NVME_SC_SGL_INVALID_LENGTH);
 }
 END_TEST
 
@@ -755,13 +761,6 @@ END_TEST
 /* ---- Connect: every parameter out of place is Connect Invalid Parameters, with IATTR (1: in
  * the data) and IPO (its byte offset) in the result ---- */
 
-static int connect_status(struct host *h, uint16_t cid, struct nvmf_connect_cmd *c, uint64_t *result)
-{
-	host_send(h, c);
-	pump();
-	return host_status(h, cid, result);
-}
-
 START_TEST(test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_command)
 {
 	struct host *h = host_up(0, 0, NVMET_AQ_DEPTH - 1), *io;
@@ -769,13 +768,13 @@ START_TEST(test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_comm
 	uint64_t r;
 
 	c = connect_capsule(h, 1, 1, NVMET_AQ_DEPTH - 1, 0xffff);   /* qid 1 on the admin queue */
-	ck_assert_int_eq(connect_status(h, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(h, &c, 1, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_QID);
 	c = connect_capsule(h, 2, 0, 0, 0xffff);
-	ck_assert_int_eq(connect_status(h, 2, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(h, &c, 2, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
 	c = connect_capsule(h, 3, 0, NVMET_AQ_DEPTH, 0xffff);        /* the queue holds 32 */
-	ck_assert_int_eq(connect_status(h, 3, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(h, &c, 3, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
 	ck_assert_int_eq(host_dnr(h, 3), 1);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
@@ -783,12 +782,12 @@ START_TEST(test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_comm
 	/* an I/O queue of 8 entries asking for 16 */
 	io = host_up(1, 1, 7);
 	c = connect_capsule(io, 1, 1, 15, 1);
-	ck_assert_int_eq(connect_status(io, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(io, &c, 1, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, NVMF_CONNECT_CMD_SQSIZE);
 
 	/* after all that the queue still connects */
 	c = connect_capsule(h, 4, 0, NVMET_AQ_DEPTH - 1, 0xffff);
-	ck_assert_int_eq(connect_status(h, 4, &c, &r), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_ask(h, &c, 4, &r), NVME_SC_SUCCESS);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
 }
 END_TEST
@@ -802,26 +801,123 @@ START_TEST(test_connect_of_unknown_cntlid_or_unterminated_nqn_is_invalid_paramet
 
 	io = host_up(1, 1, 15);
 	c = connect_capsule(io, 1, 1, 15, (uint16_t)(cntlid + 1));
-	ck_assert_int_eq(connect_status(io, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(io, &c, 1, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_CNTLID);
 	c = connect_capsule(io, 2, 1, 15, cntlid);
 	memset(io->data.hostnqn, 'h', sizeof(io->data.hostnqn));
-	ck_assert_int_eq(connect_status(io, 2, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(io, &c, 2, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_HOSTNQN);
 	c = connect_capsule(io, 3, 1, 15, cntlid);
 	memset(io->data.subsysnqn, 's', NVMF_NQN_MAX + 1);   /* the NUL where no NQN ends */
-	ck_assert_int_eq(connect_status(io, 3, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(io, &c, 3, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_SUBNQN);
 	c = connect_capsule(io, 4, 1, 15, cntlid);
-	ck_assert_int_eq(connect_status(io, 4, &c, &r), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_ask(io, &c, 4, &r), NVME_SC_SUCCESS);
 	ck_assert_uint_eq(r, cntlid);
 
 	/* the dynamic controller model: an admin queue asks for cntlid 0xffff, no other */
 	h = host_up(2, 0, NVMET_AQ_DEPTH - 1);
 	c = connect_capsule(h, 1, 0, NVMET_AQ_DEPTH - 1, cntlid);
-	ck_assert_int_eq(connect_status(h, 1, &c, &r), NVME_SC_CONNECT_INVALID_PARAM);
+	ck_assert_int_eq(host_ask(h, &c, 1, &r), NVME_SC_CONNECT_INVALID_PARAM);
 	ck_assert_uint_eq(r, 1u << 16 | NVMF_CONNECT_DATA_CNTLID);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+}
+END_TEST
+
+/* ---- the per-controller limits ---- */
+
+/* -R: the controller's I/O commands in flight, over its queues; the one beyond is Command
+ * Interrupted with DNR clear (the host is to retry), and once the others are done it goes
+ * through.  The admin queue is not held by the I/O it carries. */
+START_TEST(test_io_commands_beyond_the_controller_cap_are_interrupted_for_a_retry)
+{
+	struct host *a, *io = host_io_up(&a), *io2 = host_up(2, 2, 15);
+	uint16_t cntlid;
+	struct nvme_sqe s;
+
+	cntlid = (uint16_t)le64toh(a->rsp[0].result);
+	host_send_set_nr_queues(a, 4, 2);
+	host_send_connect(io2, 1, 2, 15, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io2, 1, NULL), NVME_SC_SUCCESS);
+	g_opts.max_ctrl_cmds = 3;
+	for (uint16_t cid = 10; cid < 12; cid++) {
+		s = rw_capsule(io, NVME_CMD_WRITE, cid, cid, 1, 512);
+		host_send(io, &s);
+		s = rw_capsule(io2, NVME_CMD_WRITE, cid, cid, 1, 512);
+		host_send(io2, &s);
+	}
+	s = sqe_of(NVME_ADMIN_KEEP_ALIVE, 10);
+	host_send(a, &s);
+	pump();
+	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io2, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io, 11, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io2, 11, NULL), NVME_SC_CMD_INTERRUPTED);
+	ck_assert_int_eq(host_dnr(io2, 11), 0);
+	ck_assert_int_eq(host_status(a, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(g_stats.interrupted, 1);
+	ck_assert_uint_eq(g_stats.writes, 3);
+
+	s = rw_capsule(io2, NVME_CMD_WRITE, 12, 11, 1, 512);   /* the retry */
+	ck_assert_int_eq(host_ask(io2, &s, 12, NULL), NVME_SC_SUCCESS);
+}
+END_TEST
+
+/* -M: the bytes of the controller's I/O data in flight; the command that would pass it is
+ * Command Interrupted, with DNR clear, and goes through once the others are done. */
+START_TEST(test_io_data_beyond_the_controller_cap_is_interrupted_for_a_retry)
+{
+	struct host *a, *io = host_io_up(&a);
+	struct nvme_sqe c[4];
+	const int st[4] = { NVME_SC_SUCCESS, NVME_SC_SUCCESS, NVME_SC_CMD_INTERRUPTED,
+			    NVME_SC_SUCCESS };
+
+	g_opts.max_ctrl_data = 12 << 10;
+	c[0] = rw_capsule(io, NVME_CMD_WRITE, 0, 0, 8, 4096);
+	c[1] = rw_capsule(io, NVME_CMD_READ, 0, 8, 8, 4096);
+	c[2] = rw_capsule(io, NVME_CMD_WRITE, 0, 16, 16, 8192);
+	c[3] = rw_capsule(io, NVME_CMD_READ, 0, 32, 8, 4096);
+	host_expect(io, c, st, 4);
+	ck_assert_int_eq(host_dnr(io, 12), 0);
+	ck_assert_uint_eq(g_stats.interrupted, 1);
+
+	c[2].cid = htole16(14);   /* the retry */
+	ck_assert_int_eq(host_ask(io, &c[2], 14, NULL), NVME_SC_SUCCESS);
+}
+END_TEST
+
+/* An I/O queue that goes with commands in flight gives their count and bytes back to the
+ * controller: its next queue has the whole of the limits again. */
+START_TEST(test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held)
+{
+	struct host *a, *io = host_io_up(&a);
+	uint16_t cntlid = (uint16_t)le64toh(a->rsp[0].result);
+	struct nvme_sqe s;
+
+	g_opts.max_ctrl_cmds = 2;
+	g_opts.max_ctrl_data = 8 << 10;
+	s = rw_capsule(io, NVME_CMD_WRITE, 10, 0, 8, 4096);
+	host_send(io, &s);
+	s = rw_capsule(io, NVME_CMD_WRITE, 11, 8, 8, 4096);
+	host_send(io, &s);
+	ck_assert_int_eq(qsm_conn_disconnect(io->q), 0);
+	pump();
+	ck_assert(io->released);
+	ck_assert_uint_eq(g_stats.io_cmds, 2);
+
+	io = host_up(2, 1, 15);
+	host_send_connect(io, 1, 1, 15, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
+	s = rw_capsule(io, NVME_CMD_WRITE, 10, 0, 8, 4096);
+	host_send(io, &s);
+	s = rw_capsule(io, NVME_CMD_READ, 11, 8, 8, 4096);
+	host_send(io, &s);
+	pump();
+	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io, 11, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(g_stats.interrupted, 0);
 }
 END_TEST
 
@@ -845,6 +941,9 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_lbas_beyond_the_namespace_or_wrapping_are_lba_out_of_range);
 	tcase_add_test(t, test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_command);
 	tcase_add_test(t, test_connect_of_unknown_cntlid_or_unterminated_nqn_is_invalid_parameters_in_the_data);
+	tcase_add_test(t, test_io_commands_beyond_the_controller_cap_are_interrupted_for_a_retry);
+	tcase_add_test(t, test_io_data_beyond_the_controller_cap_is_interrupted_for_a_retry);
+	tcase_add_test(t, test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -22,6 +22,8 @@ struct nvmet_ctrl {
 	unsigned nqueues;
 	struct nvmet_req *aer[NVMET_MAX_AER];   /* held: there is nothing to report */
 	unsigned naer;
+	unsigned cmds;                          /* I/O commands counted (-R) */
+	uint64_t data;                          /* their data's bytes (-M) */
 	struct nvmet_ctrl *next;
 };
 
@@ -94,6 +96,54 @@ static void ctrl_free(struct nvmet_ctrl *c)
 	free(c);
 }
 
+/* ---- the per-controller limits (-R, -M) ----
+ * Only I/O commands count: the admin queue's slots and buffers are fixed when it is accepted,
+ * and a Keep Alive must not starve behind a host's own I/O.  A command counts from its capsule
+ * until its slot is free again (its response sent: a read's data is on the wire until then),
+ * its data bytes with it.  Over either limit the command is answered Command Interrupted, the
+ * NVMe base spec's status for a command the controller cannot complete now and the host should
+ * retry (DNR clear; the kernel host retries it); a data limit of at least MDTS means one command
+ * alone always fits, so a retry can succeed. */
+
+static uint16_t ctrl_count(struct nvmet_ctrl *c, struct nvmet_req *r)
+{
+	if (c->cmds >= g_opts.max_ctrl_cmds) {
+		g_stats.interrupted++;
+		return NVME_SC_CMD_INTERRUPTED;
+	}
+	c->cmds++;
+	r->counted = 1;
+	r->held = 0;
+	return NVME_SC_SUCCESS;
+}
+
+static uint16_t ctrl_hold(struct nvmet_ctrl *c, struct nvmet_req *r, uint32_t bytes)
+{
+	if (bytes > g_opts.max_ctrl_data - c->data) {
+		g_stats.interrupted++;
+		return NVME_SC_CMD_INTERRUPTED;
+	}
+	c->data += bytes;
+	r->held += bytes;
+	return NVME_SC_SUCCESS;
+}
+
+static void ctrl_uncount(struct nvmet_ctrl *c, struct nvmet_req *r)
+{
+	c->cmds--;
+	c->data -= r->held;
+	r->counted = 0;
+	r->held = 0;
+}
+
+void nvmet_req_done(struct nvmet_req *r)
+{
+	if (r->counted && r->nq->ctrl)
+		ctrl_uncount(r->nq->ctrl, r);
+	r->counted = 0;
+	r->held = 0;
+}
+
 /* The data a command moves is exactly what its SGL describes: SGLS offers no longer SGL (bit 18
  * clear), and a shorter one cannot hold the data.  Otherwise Data SGL Length Invalid, as the
  * kernel's nvmet answers; false when r is answered so. */
@@ -111,6 +161,10 @@ void nvmet_queue_detach(struct nvmet_queue *nq)
 
 	if (!c)
 		return;
+	/* what its commands still hold goes back now: the controller may go before their slots */
+	for (uint32_t i = 0; i < nq->nreqs; i++)
+		if (nq->reqs[i].busy && nq->reqs[i].counted)
+			ctrl_uncount(c, &nq->reqs[i]);
 	nq->ctrl = NULL;
 	c->queues[nq->qid] = NULL;
 	if (nq->qid == 0) {
@@ -621,10 +675,15 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 	const struct nvme_sqe *cmd = &r->cmd;
 	uint32_t nsid = le32toh(cmd->nsid);
 	uint64_t slba, nlb, len;
+	uint16_t st;
 
 	g_stats.io_cmds++;
 	if (!(c->csts & NVME_CSTS_RDY)) {
 		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
+		return;
+	}
+	if ((st = ctrl_count(c, r)) != NVME_SC_SUCCESS) {
+		nvmet_complete(r, st, 0);
 		return;
 	}
 	switch (cmd->opcode) {
@@ -654,6 +713,10 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 		}
 		if (!xfer_is(r, (uint32_t)len))
 			return;
+		if ((st = ctrl_hold(c, r, (uint32_t)len)) != NVME_SC_SUCCESS) {
+			nvmet_complete(r, st, 0);
+			return;
+		}
 		if (cmd->opcode == NVME_CMD_WRITE) {
 			g_stats.writes++;
 			g_stats.bytes_written += len;

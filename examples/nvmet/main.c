@@ -2,11 +2,15 @@
  * loop (qsm_ctx_fd() + bounded qsm_ctx_dispatch(), as examples/embed_epoll.c), serving one
  * RAM-backed namespace to the Linux kernel's nvme-rdma host.
  *
- *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-c CTRLS] [-v]
+ *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-c CTRLS]
+ *             [-R CMDS] [-M SIZE] [-v]
  *
  * What a remote host can make it allocate is bounded: CTRLS controllers (default 16), each
  * with IOQUEUES I/O queues (default 8); a connection request beyond is rejected before
- * anything is allocated for it, a Connect beyond is refused with the NVMe-oF status.
+ * anything is allocated for it, a Connect beyond is refused with the NVMe-oF status.  What a
+ * host keeps in flight is bounded per controller too, over all its I/O queues: CMDS commands
+ * (default 1024: 8 full queues) and SIZE bytes of their data (default 128M: a full queue of
+ * 1 MiB commands); a command beyond is answered Command Interrupted, which the host retries.
  *
  * SIGINT / SIGTERM: stop, print the counters, exit 0 unless an event was unexpected.
  * SIGUSR1: print the counters and go on. */
@@ -35,6 +39,8 @@ struct nvmet_opts g_opts = {
 	.ns_size = 64ull << 20,
 	.max_io_queues = 8,
 	.max_ctrls = 16,
+	.max_ctrl_cmds = 8 * NVMET_MAX_DEPTH,
+	.max_ctrl_data = 128ull << 20,
 };
 struct nvmet_stats g_stats;
 uint8_t *g_ns;
@@ -44,12 +50,15 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
-		"                 [-c CTRLS] [-d DOTFILE] [-v]\n"
+		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-d DOTFILE] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
 		"  discovery ones included), each with at most IOQUEUES I/O queues (1..64, default\n"
-		"  8); beyond, a connection is rejected.  QSM_TRACE=1 traces every transition.\n"
+		"  8); beyond, a connection is rejected.  Each controller has at most CMDS I/O\n"
+		"  commands (1..8192, default 1024) and DATA bytes of their data (1M..1G, default\n"
+		"  128M) in flight over all its I/O queues; a command beyond is answered Command\n"
+		"  Interrupted (the host retries it).  QSM_TRACE=1 traces every transition.\n"
 		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
 		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n");
 	exit(2);
@@ -101,13 +110,13 @@ static void print_counters(struct qsm_ctx *ctx)
 	LOG("target counters: queues requested %" PRIu64 " rejected %" PRIu64 " accepted %" PRIu64
 	    " live %" PRIu64 " released %" PRIu64 "; controllers created %" PRIu64 " freed %" PRIu64
 	    " live %u; connects %" PRIu64 " (errors %" PRIu64 "); commands %" PRIu64 " (admin %" PRIu64
-	    ", io %" PRIu64 ", error status %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
+	    ", io %" PRIu64 ", error status %" PRIu64 ", interrupted by the limits %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
 	    PRIu64 ", device removals %" PRIu64,
 	    g_stats.queues_requested, g_stats.queues_rejected, g_stats.queues_accepted,
 	    g_stats.queues_live, g_stats.queues_released, g_stats.ctrls_created, g_stats.ctrls_freed,
 	    nvmet_ctrls_live(), g_stats.connects, g_stats.connect_errors, g_stats.cmds,
-	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.reads, g_stats.bytes_read,
+	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.interrupted, g_stats.reads, g_stats.bytes_read,
 	    g_stats.writes, g_stats.bytes_written, g_stats.flushes, g_stats.wc_errors,
 	    g_stats.protocol_errors, g_stats.device_removals);
 }
@@ -125,7 +134,7 @@ int main(int argc, char **argv)
 	unsigned max_batch = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:d:v")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:d:v")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -137,6 +146,8 @@ int main(int argc, char **argv)
 		case 's': g_opts.ns_size = parse_size(optarg); break;
 		case 'q': g_opts.max_io_queues = (unsigned)atoi(optarg); break;
 		case 'c': g_opts.max_ctrls = (unsigned)atoi(optarg); break;
+		case 'R': g_opts.max_ctrl_cmds = (unsigned)atoi(optarg); break;
+		case 'M': g_opts.max_ctrl_data = parse_size(optarg); break;
 		case 'd': g_dot = optarg; break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
@@ -145,7 +156,10 @@ int main(int argc, char **argv)
 	if (!g_opts.addr || optind != argc || g_opts.ns_size < 4096 ||
 	    (g_opts.ns_size & ((1u << NVMET_LBA_SHIFT) - 1)) || g_opts.max_io_queues < 1 ||
 	    g_opts.max_io_queues > NVMET_MAX_QID || g_opts.max_ctrls < 1 ||
-	    g_opts.max_ctrls > NVMET_MAX_CTRLS || !strcmp(g_opts.subnqn, NVME_DISC_SUBSYS_NAME))
+	    g_opts.max_ctrls > NVMET_MAX_CTRLS || !strcmp(g_opts.subnqn, NVME_DISC_SUBSYS_NAME) ||
+	    /* a command alone always fits the data limit: a retried command can succeed */
+	    g_opts.max_ctrl_cmds < 1 || g_opts.max_ctrl_cmds > NVMET_MAX_QID * NVMET_MAX_DEPTH ||
+	    g_opts.max_ctrl_data < NVMET_MAX_XFER || g_opts.max_ctrl_data > 1ull << 30)
 		usage();
 	if (getaddrinfo(g_opts.addr, NULL, &hints, &res) != 0) {
 		fprintf(stderr, "qsm-nvmet: %s is not a numeric address\n", g_opts.addr);
@@ -197,9 +211,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	LOG("listening on %s port %u: subsystem %s, namespace 1: %" PRIu64 " MiB (%" PRIu64
-	    " LBAs of 512 bytes), up to %u controllers of up to %u I/O queues", g_opts.addr,
-	    g_opts.port, g_opts.subnqn, g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT,
-	    g_opts.max_ctrls, g_opts.max_io_queues);
+	    " LBAs of 512 bytes), up to %u controllers of up to %u I/O queues, %u commands and %"
+	    PRIu64 " KiB of data in flight each", g_opts.addr, g_opts.port, g_opts.subnqn,
+	    g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT, g_opts.max_ctrls,
+	    g_opts.max_io_queues, g_opts.max_ctrl_cmds, g_opts.max_ctrl_data >> 10);
 
 	while (!stop) {
 		struct epoll_event evs[4];

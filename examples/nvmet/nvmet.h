@@ -31,6 +31,10 @@ struct nvmet_opts {
 	uint64_t ns_size;
 	unsigned max_io_queues;  /* per controller */
 	unsigned max_ctrls;      /* per target */
+	/* per controller, over its I/O queues (-R, -M): what a host may have in flight beyond what
+	 * one queue's depth bounds; a command over either is answered Command Interrupted */
+	unsigned max_ctrl_cmds;  /* I/O commands outstanding */
+	uint64_t max_ctrl_data;  /* bytes of their data in flight (>= NVMET_MAX_XFER) */
 	int verbose;
 	int family;              /* AF_INET / AF_INET6 of addr */
 };
@@ -40,6 +44,7 @@ struct nvmet_stats {
 	uint64_t device_removals, wc_errors, protocol_errors;
 	uint64_t ctrls_created, ctrls_freed, connects, connect_errors;
 	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
+	uint64_t interrupted;    /* commands turned away by the per-controller limits */
 	uint64_t bytes_read, bytes_written;
 };
 
@@ -71,6 +76,10 @@ struct nvmet_req {
 	uint32_t c2h_len, c2h_lkey;
 	/* host -> controller data arrived (RDMA READ completed) */
 	void (*then)(struct nvmet_req *r);
+	/* counted against its controller's limits (an I/O command), with its data's bytes; given
+	 * back when the slot is free again, or when the queue leaves the controller */
+	int counted;
+	uint32_t held;
 };
 
 /* A queue (passive rdma-qsm queue): the class's private area. */
@@ -109,6 +118,7 @@ void nvmet_queues_free_all(void);      /* at exit, after qsm_ctx_free() */
 /* cmd.c: the controller */
 void nvmet_exec(struct nvmet_req *r);  /* a new command capsule */
 void nvmet_queue_detach(struct nvmet_queue *nq);   /* the queue is closing */
+void nvmet_req_done(struct nvmet_req *r);          /* its slot is free again */
 unsigned nvmet_ctrls_live(void);
 void nvmet_ctrls_free_all(void);
 

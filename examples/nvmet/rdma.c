@@ -157,6 +157,7 @@ static void req_put(struct nvmet_req *r)
 
 	if (!r->busy)
 		return;
+	nvmet_req_done(r);
 	r->busy = 0;
 	nq->free_list[nq->nfree++] = r->idx;
 }
