@@ -8,9 +8,10 @@
  * commands and data in flight); the rest is a script, one byte an operation (enum op, modulo its
  * count) and the bytes it takes: open a host queue (any qid, any queue size), send a Connect
  * (any qid, sqsize, cntlid, NQNs terminated or not, its data descriptor whole or cut), send a
- * capsule of 64 bytes from the input (raw, or its SGL pointed at the host's buffer with a
- * valid key, or that and an opcode the target knows), enable the controller, ask for I/O
- * queues, dispatch until idle, close a queue.  Bytes that run out read as 0.
+ * capsule from the input (raw, or its SGL pointed at the host's buffer with a valid key, or
+ * that and an opcode the target knows; an SQE, or shorter, or with in-capsule data after it),
+ * enable the controller, ask for I/O queues, dispatch until idle, close a queue.  Bytes that
+ * run out read as 0.
  *
  * Checked, aborting on a violation so that libFuzzer reports the input:
  *  - a response names a command its queue sent and not yet answered (one response a command),
@@ -52,6 +53,7 @@ struct qsm_pool *g_ns_pool;
 #define NSLOTS 8                /* commands a host queue has unanswered at most */
 #define NCIDS 512               /* commands a host queue may send in one input */
 #define IOBUF 8192
+#define CAPSULE_MAX (NVME_SQE_SIZE + 192)   /* what a host may send: more than the target takes */
 #define NS_SIZE (64u << 10)
 #define SUBNQN "nqn.2024-01.io.rdma-qsm:fuzz"
 #define HOSTNQN "nqn.2014-08.org.nvmexpress:uuid:fuzz-host"
@@ -82,7 +84,7 @@ static void harness_failed(const char *msg)
 struct fq {
 	struct qsm_conn *q;
 	uint16_t qid;
-	struct nvme_sqe sqe[NSLOTS];
+	uint8_t sqe[NSLOTS][CAPSULE_MAX];
 	struct nvme_cqe cqe[NSLOTS];
 	struct nvmf_connect_data data;
 	uint8_t io[IOBUF];
@@ -103,6 +105,7 @@ static struct fq fqs[NQUEUES];
 static unsigned nfq;
 static uint16_t cntlids[4];                 /* the last controllers the target named */
 static unsigned ncntlids;
+static bool long_capsule;                   /* a capsule longer than the target's receives went */
 
 static int fq_post_recv(struct fq *f, unsigned i)
 {
@@ -237,14 +240,18 @@ static void settle(void)
 static struct qsm_class target_class;
 
 /* What a host can make the target's work requests fail with: a key or an address of its own
- * that it does not grant (REM_ACCESS_ERR), and the flush of what was posted after.  A local
- * error (protection, length) would be the target's own access out of its MRs: the sim, as a
- * device, refuses it instead of corrupting memory, so ASan would never see it. */
+ * that it does not grant (REM_ACCESS_ERR), a capsule longer than a receive (when it sent one:
+ * LOC_QP_OP_ERR on the sim as on rxe, LOC_LEN_ERR on other devices), and the flush of what was
+ * posted after.  Any other local error (protection) would be the target's own access out of
+ * its MRs: the sim, as a device, refuses it instead of corrupting memory, so ASan would never
+ * see it. */
 static int target_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	CHECK(wc->status == QSM_WC_SUCCESS || wc->status == QSM_WC_WR_FLUSH_ERR ||
-	      wc->status == QSM_WC_REM_ACCESS_ERR, "a target work request failed with status %d",
-	      wc->status);
+	      wc->status == QSM_WC_REM_ACCESS_ERR ||
+	      ((wc->status == QSM_WC_LOC_QP_OP_ERR || wc->status == QSM_WC_LOC_LEN_ERR) &&
+	       long_capsule),
+	      "a target work request failed with status %d", wc->status);
 	return nvmet_queue_class.completion(q, wc);
 }
 
@@ -285,8 +292,9 @@ static void op_open(struct script *s)
 	settle();
 }
 
-/* Sends capsule on f as its next cid, if the host may: not over NSLOTS unanswered. */
-static void fq_send(struct fq *f, struct nvme_sqe *c)
+/* Sends capsule on f as its next cid, if the host may (not over NSLOTS unanswered): the SQE c,
+ * len bytes in all (cut short, or followed by what icd holds). */
+static void fq_send_capsule(struct fq *f, struct nvme_sqe *c, const uint8_t *icd, unsigned len)
 {
 	unsigned slot;
 	struct qsm_sge sg;
@@ -300,12 +308,20 @@ static void fq_send(struct fq *f, struct nvme_sqe *c)
 			    c->opcode == NVME_FABRICS_COMMAND && ((uint8_t *)c)[4] == NVMF_FCTYPE_CONNECT ?
 			    KIND_CONNECT : KIND_OTHER;
 	slot = f->ncids % NSLOTS;
-	f->sqe[slot] = *c;
-	sg = (struct qsm_sge){ (uintptr_t)&f->sqe[slot], NVME_SQE_SIZE, qsm_mr_lkey(f->sqe_mr) };
+	memcpy(f->sqe[slot], c, NVME_SQE_SIZE);
+	if (len > NVME_SQE_SIZE)
+		memcpy(f->sqe[slot] + NVME_SQE_SIZE, icd, len - NVME_SQE_SIZE);
+	sg = (struct qsm_sge){ (uintptr_t)f->sqe[slot], len, qsm_mr_lkey(f->sqe_mr) };
 	if (qsm_conn_post_send(f->q, 100 + slot, &sg, 1, 0) == 0) {
 		f->ncids++;
 		f->unanswered++;
+		long_capsule |= len > NVME_SQE_SIZE;
 	}
+}
+
+static void fq_send(struct fq *f, struct nvme_sqe *c)
+{
+	fq_send_capsule(f, c, NULL, NVME_SQE_SIZE);
 }
 
 static void sgl_keyed(struct nvme_sqe *c, const void *buf, uint32_t len, uint32_t rkey)
@@ -350,7 +366,9 @@ static void op_connect(struct script *s)
 }
 
 /* 64 bytes of the input as a capsule; mode: raw, its SGL onto the host's buffer (its length
- * the input's, up to the buffer), or that and an opcode of the queue's kind. */
+ * the input's, up to the buffer), or that and an opcode of the queue's kind; with bit 6, the
+ * capsule's length from the input too (shorter than an SQE, or with in-capsule data from the
+ * input after it). */
 static void op_capsule(struct script *s)
 {
 	static const uint8_t admin[] = { NVME_ADMIN_IDENTIFY, NVME_ADMIN_GET_LOG_PAGE,
@@ -360,10 +378,16 @@ static void op_capsule(struct script *s)
 	struct fq *f = pick(s);
 	unsigned mode = take(s);
 	struct nvme_sqe c;
-	uint8_t *p = (uint8_t *)&c;
+	uint8_t *p = (uint8_t *)&c, icd[CAPSULE_MAX - NVME_SQE_SIZE];
+	unsigned len = NVME_SQE_SIZE;
 
 	for (unsigned i = 0; i < sizeof(c); i++)
 		p[i] = (uint8_t)take(s);
+	if (mode & 0x40) {
+		len = 1 + take(s) % CAPSULE_MAX;
+		for (unsigned i = NVME_SQE_SIZE; i < len; i++)
+			icd[i - NVME_SQE_SIZE] = (uint8_t)take(s);
+	}
 	if (!f)
 		return;
 	if (mode % 3 >= 1)
@@ -373,7 +397,7 @@ static void op_capsule(struct script *s)
 		if (f->qid)
 			c.nsid = htole32(mode & 0x80 ? le32toh(c.nsid) : 1);
 	}
-	fq_send(f, &c);
+	fq_send_capsule(f, &c, icd, len);
 }
 
 static void op_enable(struct script *s)
@@ -430,6 +454,7 @@ static void world_new(struct script *s)
 	memset(fqs, 0, sizeof(fqs));
 	nfq = 0;
 	ncntlids = 0;
+	long_capsule = false;
 	/* small limits, so that the input reaches them */
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420, .subnqn = SUBNQN,
 		.ns_size = NS_SIZE, .max_io_queues = 1 + b % 4, .max_ctrls = 1 + (b >> 2) % 3,
