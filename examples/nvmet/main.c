@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 	unsigned max_batch = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:d:v")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:d:vh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
