@@ -10,8 +10,8 @@
  * (any qid, sqsize, cntlid, NQNs terminated or not, its data descriptor whole or cut), send a
  * capsule from the input (raw, or its SGL pointed at the host's buffer with a valid key, or
  * that and an opcode the target knows; an SQE, or shorter, or with in-capsule data after it),
- * enable the controller, ask for I/O queues, dispatch until idle, close a queue.  Bytes that
- * run out read as 0.
+ * enable the controller, ask for I/O queues, dispatch until idle, close a queue, stop taking
+ * responses on a queue.  Bytes that run out read as 0.
  *
  * Checked, aborting on a violation so that libFuzzer reports the input:
  *  - a response names a command its queue sent and not yet answered (one response a command),
@@ -94,6 +94,7 @@ struct fq {
 	uint8_t kind[NCIDS];                     /* KIND_*: what the answer to each may be */
 	unsigned unanswered;
 	bool live, lost, released;
+	bool starved;                            /* posts no more receives for responses */
 };
 
 static struct qsm_sim *sim;
@@ -106,6 +107,7 @@ static unsigned nfq;
 static uint16_t cntlids[4];                 /* the last controllers the target named */
 static unsigned ncntlids;
 static bool long_capsule;                   /* a capsule longer than the target's receives went */
+static bool starved;                        /* a host queue stopped taking responses */
 
 static int fq_post_recv(struct fq *f, unsigned i)
 {
@@ -178,7 +180,7 @@ static int fq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	/* a Connect's answer names a controller the next Connects may name */
 	if (f->kind[le16toh(c.cid)] == KIND_CONNECT && le16toh(c.status) == 0)
 		cntlids[ncntlids++ % 4] = (uint16_t)le64toh(c.result);
-	return fq_post_recv(f, (unsigned)wc->wr_id) < 0;
+	return f->starved ? 0 : fq_post_recv(f, (unsigned)wc->wr_id) < 0;
 }
 
 static int fq_live(struct qsm_conn *q, const struct qsm_event_info *ev)
@@ -228,7 +230,7 @@ static void settle(void)
 	for (unsigned i = 0; i < nfq; i++) {
 		struct fq *f = &fqs[i];
 
-		if (!f->live || f->lost)
+		if (!f->live || f->lost || f->starved)
 			continue;
 		for (uint16_t cid = 0; cid < f->ncids; cid++)
 			CHECK(f->answered[cid] || f->kind[cid] == KIND_AER, "qid %u: cid %u never answered", f->qid, cid);
@@ -242,7 +244,8 @@ static struct qsm_class target_class;
 /* What a host can make the target's work requests fail with: a key or an address of its own
  * that it does not grant (REM_ACCESS_ERR), a capsule longer than a receive (when it sent one:
  * LOC_QP_OP_ERR on the sim as on rxe, LOC_LEN_ERR on other devices), and the flush of what was
- * posted after.  Any other local error (protection) would be the target's own access out of
+ * posted after; a response sent to a host that posts no receive (RNR_RETRY_EXC_ERR, when one
+ * stopped).  Any other local error (protection) would be the target's own access out of
  * its MRs: the sim, as a device, refuses it instead of corrupting memory, so ASan would never
  * see it. */
 static int target_completion(struct qsm_conn *q, const struct qsm_wc *wc)
@@ -250,7 +253,7 @@ static int target_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	CHECK(wc->status == QSM_WC_SUCCESS || wc->status == QSM_WC_WR_FLUSH_ERR ||
 	      wc->status == QSM_WC_REM_ACCESS_ERR ||
 	      ((wc->status == QSM_WC_LOC_QP_OP_ERR || wc->status == QSM_WC_LOC_LEN_ERR) &&
-	       long_capsule),
+	       long_capsule) || (wc->status == QSM_WC_RNR_RETRY_EXC_ERR && starved),
 	      "a target work request failed with status %d", wc->status);
 	return nvmet_queue_class.completion(q, wc);
 }
@@ -427,6 +430,15 @@ static void op_queues(struct script *s)
 	fq_send(f, &c);
 }
 
+/* A host that takes no more responses: the target's next sends to it find no receive. */
+static void op_starve(struct script *s)
+{
+	struct fq *f = pick(s);
+
+	if (f)
+		f->starved = starved = true;
+}
+
 static void op_close(struct script *s)
 {
 	struct fq *f = pick(s);
@@ -436,10 +448,11 @@ static void op_close(struct script *s)
 	settle();
 }
 
-enum op { OP_OPEN, OP_CONNECT, OP_CAPSULE, OP_ENABLE, OP_QUEUES, OP_SETTLE, OP_CLOSE, OP_COUNT };
+enum op { OP_OPEN, OP_CONNECT, OP_CAPSULE, OP_ENABLE, OP_QUEUES, OP_SETTLE, OP_CLOSE, OP_STARVE,
+	  OP_COUNT };
 
 static const char *const op_names[OP_COUNT] = {
-	"open", "connect", "capsule", "enable", "queues", "settle", "close",
+	"open", "connect", "capsule", "enable", "queues", "settle", "close", "starve",
 };
 
 /* ---- one input's world ---- */
@@ -454,7 +467,7 @@ static void world_new(struct script *s)
 	memset(fqs, 0, sizeof(fqs));
 	nfq = 0;
 	ncntlids = 0;
-	long_capsule = false;
+	long_capsule = starved = false;
 	/* small limits, so that the input reaches them */
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420, .subnqn = SUBNQN,
 		.ns_size = NS_SIZE, .max_io_queues = 1 + b % 4, .max_ctrls = 1 + (b >> 2) % 3,
@@ -537,6 +550,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case OP_QUEUES: op_queues(&s); break;
 		case OP_SETTLE: settle(); break;
 		case OP_CLOSE: op_close(&s); break;
+		case OP_STARVE: op_starve(&s); break;
 		case OP_COUNT: break;
 		}
 	}
