@@ -156,10 +156,11 @@ void qsm_timer_unreserve(struct qsm_ctx *ctx)
 	ctx->heap_reserve--;
 }
 
-/* A timer whose key moved earlier: up to its place, and the top's key if it is the top now. */
-static void heap_raise(struct qsm_ctx *ctx, struct qsm_timer *t)
+/* A timer whose key moved earlier: up to its place, and the top's key if it is the top now.
+ * Inline: the re-arm to an earlier deadline (common with many queues) takes no frame for it. */
+QSM_ALWAYS_INLINE void heap_raise(struct qsm_ctx *ctx, struct qsm_timer *t)
 {
-	heap_up(ctx, t->heap_idx);
+	heap_up_inline(ctx, t->heap_idx);
 	if (t->heap_idx == 0)
 		ctx->heap_top_ns = t->key_ns;
 }
@@ -195,11 +196,8 @@ void qsm_timer_arm_slow(struct qsm_ctx *ctx, struct qsm_timer *t, int event, uin
 		heap_insert(ctx, t, event, deadline);
 		return;
 	}
-	/* its key moves earlier (with many queues, often): in place, with no frame of its own */
-	t->key_ns = deadline;
-	heap_up_inline(ctx, t->heap_idx);
-	if (t->heap_idx == 0)
-		ctx->heap_top_ns = deadline;
+	t->key_ns = deadline;   /* its key moves earlier */
+	heap_raise(ctx, t);
 }
 
 /* qsm_timers_trim(): the heap to twice hwm (a power of two, at least QSM_HEAP_MIN). */
