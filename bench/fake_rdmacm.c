@@ -313,6 +313,7 @@ static struct qsm_fdev *fake_dev_add(struct rc_fabric *f)
 	d->cc = &prov.cc;
 	d->max_cqe = prov.cq.cqe;
 	d->max_cq = 1;
+	d->max_sge_rd = QSM_FABRIC_MAX_SGE;
 	qsm_list_init(&d->cqs);
 	qsm_list_init(&d->vnode);
 	for (int b = 0; b < QP_BUCKETS; b++)

@@ -809,6 +809,7 @@ static void wc_rig_new(struct wc_rig *r)
 	r->id->fab = r->f;
 	r->id->owner = r;
 	r->id->qp_num = WC_QPN;
+	r->id->max_sge_rd = QSM_FABRIC_MAX_SGE;
 	qsm_list_init(&r->id->late);
 	qsm_list_init(&r->id->lq_node);
 	wc_rig_wq(&r->id->wq[WQ_SEND]);
@@ -1030,6 +1031,22 @@ static void drain_rig_new(struct drain_rig *x, enum ibv_transport_type transport
 	modify_state = -1;
 }
 
+/* The fabric's list of n WRs for one doorbell, as send_lists_reserve() makes it */
+static void drain_rig_lists(struct drain_rig *x, unsigned n)
+{
+	x->r.f->swr = calloc(n, sizeof(*x->r.f->swr));
+	x->r.f->ssge = calloc(n * QSM_FABRIC_MAX_SGE, sizeof(*x->r.f->ssge));
+	ck_assert(x->r.f->swr && x->r.f->ssge);
+	x->r.f->swr_cap = n;
+}
+
+static void drain_rig_free(struct drain_rig *x)
+{
+	free(x->r.f->swr);
+	free(x->r.f->ssge);
+	wc_rig_free(&x->r);
+}
+
 /* IB and RoCE: ERR, then the marker, a signaled send that the device flushes behind the rest;
  * its completion is what drains the QP (as the kernel's ib_drain_qp). */
 START_TEST(test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker)
@@ -1069,10 +1086,7 @@ START_TEST(test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider
 
 	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
 	x.verbs.ops.post_send = siw_like_post_send;
-	x.r.f->swr = calloc(3, sizeof(*x.r.f->swr));
-	x.r.f->ssge = calloc(3 * QSM_FABRIC_MAX_SGE, sizeof(*x.r.f->ssge));
-	ck_assert(x.r.f->swr && x.r.f->ssge);
-	x.r.f->swr_cap = 3;
+	drain_rig_lists(&x, 3);
 	for (int i = 0; i < 3; i++)
 		wrs[i] = (struct qsm_fabric_wr){ .wr_id = 1 + (uint64_t)i, .opcode = QSM_WR_SEND,
 						 .flags = QSM_POST_SIGNALED };
@@ -1080,9 +1094,58 @@ START_TEST(test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider
 	ck_assert_int_eq(qsm_rc_post_send(x.r.id, wrs, 3, &posted), -EINVAL);
 	ck_assert_int_eq(posted, 1);
 	ck_assert_uint_eq(x.r.id->wq[WQ_SEND].tail - tail, 1);
-	free(x.r.f->swr);
-	free(x.r.f->ssge);
-	wc_rig_free(&x.r);
+	drain_rig_free(&x);
+}
+END_TEST
+
+static int post_sends_seen;
+
+static int counting_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	(void)qp;
+	(void)bad;
+	for (; wr; wr = wr->next)
+		post_sends_seen++;
+	return 0;
+}
+
+/* soft-iWARP's max_sge_rd is 1 and libsiw posts a READ of more SGEs filling the first only (a
+ * short read that completes with success): the fabric refuses it as a device refuses at its
+ * bad_wr, the WRs before it posted, nothing of it or behind it given to the provider. */
+START_TEST(test_post_send_refuses_a_read_of_more_sges_than_the_device_reads_into)
+{
+	struct drain_rig x;
+	struct qsm_fabric_wr wrs[3];
+	struct qsm_fabric_sge sg[2] = { { .addr = 0x1000, .length = 4 }, { .addr = 0x2000, .length = 4 } };
+	int posted = -1;
+	uint32_t tail;
+
+	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
+	x.verbs.ops.post_send = counting_post_send;
+	x.r.id->max_sge_rd = 1;
+	drain_rig_lists(&x, 3);
+	wrs[0] = (struct qsm_fabric_wr){ .wr_id = 1, .opcode = QSM_WR_SEND, .flags = QSM_POST_SIGNALED };
+	wrs[1] = (struct qsm_fabric_wr){ .wr_id = 2, .opcode = QSM_WR_RDMA_READ, .sg_list = sg, .num_sge = 2,
+					 .flags = QSM_POST_SIGNALED };
+	wrs[2] = (struct qsm_fabric_wr){ .wr_id = 3, .opcode = QSM_WR_SEND, .flags = QSM_POST_SIGNALED };
+	post_sends_seen = 0;
+	tail = x.r.id->wq[WQ_SEND].tail;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, wrs, 3, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 1);
+	ck_assert_int_eq(post_sends_seen, 1);
+	ck_assert_uint_eq(x.r.id->wq[WQ_SEND].tail - tail, 1);
+	/* first in the list: nothing posted at all */
+	posted = -1;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, wrs + 1, 2, &posted), -EINVAL);
+	ck_assert_int_eq(posted, 0);
+	ck_assert_int_eq(post_sends_seen, 1);
+	/* one SGE is what it reads into */
+	wrs[1].num_sge = 1;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, wrs + 1, 2, &posted), 0);
+	ck_assert_int_eq(posted, 2);
+	ck_assert_int_eq(post_sends_seen, 3);
+	ck_assert_uint_eq(x.r.id->wq[WQ_SEND].tail - tail, 3);
+	drain_rig_free(&x);
 }
 END_TEST
 
@@ -1232,6 +1295,7 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
 	tcase_add_test(t, test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0);
+	tcase_add_test(t, test_post_send_refuses_a_read_of_more_sges_than_the_device_reads_into);
 	tcase_add_test(t, test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq);
 	tcase_add_test(t, test_cm_timeout_covers_the_kernel_cms_retries);
 	suite_add_tcase(s, t);

@@ -743,8 +743,14 @@ START_TEST(test_rdma_read_fetches_from_the_rkey_into_local_sges)
 	if (contract_fx->iwarp) {
 		/* iWARP's read sink is one SGE: a Read Request names one sink STag, offset and
 		 * length (RFC 5040 4.4), and siw reads sge[0] only -- a READ of 4 + 12 bytes into two
-		 * SGEs completes with byte_len 4 and leaves the second SGE untouched (libsiw posts it
-		 * without a word; the kernel's siw_post_send refuses num_sge != 1).  So one SGE. */
+		 * SGEs would complete with byte_len 4 and leave the second SGE untouched (libsiw posts
+		 * it without a word; the kernel's siw_post_send refuses num_sge != 1).  The device says
+		 * max_sge_rd 1, so the fabric refuses such a READ at the post, nothing of it posted. */
+		scatter[0] = sge(&rl, 20, 4);
+		scatter[1] = sge(&rl, 0, 12);
+		ck_assert_int_eq(post_wr(fc, a, 8, QSM_WR_RDMA_READ, scatter, 2, (uintptr_t)(remote + 48), rr.rkey), -EINVAL);
+		expect_none(fc);
+		expect_zero(local, sizeof(local));
 		scatter[0] = sge(&rl, 4, 16);
 		ck_assert_int_eq(post_wr(fc, a, 9, QSM_WR_RDMA_READ, scatter, 1, (uintptr_t)(remote + 48), rr.rkey), 0);
 		ck_assert_uint_eq(expect_wc(fc, &CLI, 9, QSM_WC_SUCCESS, QSM_WR_RDMA_READ)->byte_len, 16);

@@ -427,6 +427,9 @@ int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via)
 	d->max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX : attr.max_qp_rd_atom);
 	d->max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > RD_ATOM_MAX ? RD_ATOM_MAX :
 					attr.max_qp_init_rd_atom);
+	/* A device that says 0 names no bound of its own: its send SGEs are the bound then */
+	d->max_sge_rd = (uint8_t)(attr.max_sge_rd > 255 ? 255 : attr.max_sge_rd > 0 ? attr.max_sge_rd :
+				   attr.max_sge > 255 ? 255 : attr.max_sge > 0 ? attr.max_sge : 1);
 	d->pd = ibv_alloc_pd(d->verbs);
 	if (!d->pd) {
 		r = errno_or(ENOMEM);

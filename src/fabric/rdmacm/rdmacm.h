@@ -153,6 +153,7 @@ struct qsm_fdev {
 	unsigned ncqs, max_cq;           /* CQs in the pool; the device's limit */
 	int max_cqe;
 	uint8_t max_rd_atom, max_init_rd_atom;   /* device limits, for rdma_conn_param */
+	uint8_t max_sge_rd;              /* SGEs an RDMA READ may scatter into (siw: 1), at most 255 */
 	struct qsm_list qps[QP_BUCKETS];
 	uint64_t async_other;
 };
@@ -203,6 +204,7 @@ struct qsm_fid {
 	                                    carry them */
 	struct qsm_fsrq *srq;            /* its receives come from this SRQ, or NULL */
 	uint32_t qp_num;
+	uint8_t max_sge_rd;              /* its device's, for the posts (qsm_rc_post_send) */
 	uint32_t tag_hi;                 /* its tags' high half, TAG_RECV set (wc_take) */
 	struct rc_cq *cq;                /* the pool's CQ it is on, while it has a QP */
 	int qp_wrs;                      /* CQ entries it reserved there */

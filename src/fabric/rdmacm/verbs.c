@@ -537,6 +537,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		goto fail;
 	}
 	id->qp_num = id->cm->qp->qp_num;
+	id->max_sge_rd = d->max_sge_rd;
 	id->tag_hi = (uint32_t)(id->qp_key >> 32) | TAG_RECV_HI;
 	if (a->srq && (r = qsm_rc_qpn_add(&id->fab->qpn, id)) < 0) {
 		rdma_destroy_qp(id->cm);
@@ -639,7 +640,7 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 /*
  * The list wr[0..n) with one doorbell.  The WRs were checked at the runtime's door
  * (src/data/post.c); here only the QP's state and room (-EINVAL before RTS, -ENOBUFS, -ENOMEM
- * post none), then one ibv_post_send of the chain: what the device checks itself (rxe's
+ * post none) and the device's READ SGE bound, then one ibv_post_send of the chain: what the device checks itself (rxe's
  * provider: SGEs beyond the QP's max_sge, inline data beyond its max_inline) it refuses at its
  * bad_wr, with the WRs before it posted.  The ring's slots are written first and only the
  * posted ones are taken (tail).
@@ -666,6 +667,18 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 		return -ENOBUFS;
 	if (!n)
 		return 0;
+	/* A READ that scatters into more SGEs than the device's max_sge_rd is refused here, as a
+	 * device refuses at its bad_wr: libsiw (max_sge_rd 1) would post it and fill the first
+	 * SGE only, a short read with a success completion.  The WRs before it are posted. */
+	for (k = 0; k < n; k++)
+		if (__builtin_expect(wr[k].opcode == QSM_WR_RDMA_READ && wr[k].num_sge > id->max_sge_rd, 0))
+			break;
+	if (k < n) {
+		if (!k)
+			return -EINVAL;
+		ret = qsm_rc_post_send(id, wr, k, posted);
+		return ret ? ret : -EINVAL;
+	}
 	if (id->qp_err) {
 		ret = qsm_rc_post_late(id, WQ_SEND, wr, n, 0);
 		if (!ret && posted)
