@@ -921,6 +921,30 @@ START_TEST(test_a_queue_closing_with_commands_in_flight_gives_back_what_they_hel
 }
 END_TEST
 
+/* -D (and the connection's read depth): at most that many RDMA READs in flight on a queue;
+ * the writes beyond wait in order and each lands where it was meant to, all answered. */
+START_TEST(test_reads_beyond_the_read_window_wait_and_every_write_lands)
+{
+	struct host *a, *io;
+	struct nvme_sqe c[6];
+	const int st[6] = { 0 };
+
+	g_opts.max_reads = 2;
+	io = host_io_up(&a);
+	for (unsigned i = 0; i < 6; i++) {
+		memset(io->io + i * 512, 0xa0 + (int)i, 512);
+		c[i] = rw_capsule(io, NVME_CMD_WRITE, 0, 100 + 2 * i, 1, 512);
+		c[i].sgl.addr = htole64((uintptr_t)(io->io + i * 512));
+	}
+	host_expect(io, c, st, 6);
+	ck_assert_uint_eq(g_stats.writes, 6);
+	ck_assert_uint_ge(g_stats.reads_waited, 1);
+	for (unsigned i = 0; i < 6; i++)
+		for (unsigned b = 0; b < 512; b++)
+			ck_assert_uint_eq(g_ns[((100 + 2 * i) << 9) + b], 0xa0 + i);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -944,6 +968,7 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_io_commands_beyond_the_controller_cap_are_interrupted_for_a_retry);
 	tcase_add_test(t, test_io_data_beyond_the_controller_cap_is_interrupted_for_a_retry);
 	tcase_add_test(t, test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held);
+	tcase_add_test(t, test_reads_beyond_the_read_window_wait_and_every_write_lands);
 	suite_add_tcase(s, t);
 	return s;
 }

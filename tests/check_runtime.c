@@ -99,12 +99,15 @@ static const struct qsm_class client_class = {
 	.release = note_release,
 };
 
+static int server_read_depth;   /* qsm_conn_read_depth() in REQUESTED */
+
 /* The server checks the client's private data: it must start with "LOGIN". */
 static int server_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	static const char reason[] = "bad login";
 
 	note_enter(q, ev);
+	server_read_depth = qsm_conn_read_depth(q);
 	if (ev->private_data_len < 5 || memcmp(ev->private_data, "LOGIN", 5) != 0)
 		return qsm_conn_reject(q, reason, sizeof(reason) - 1) == 0 ? 0 : -1;
 	return qsm_conn_accept(q, "OK", 2) == 0 ? 0 : -1;
@@ -200,12 +203,18 @@ START_TEST(test_connect_reaches_live_on_both_sides)
 	struct qsm_listener *l = listen_server();
 	struct qsm_conn *q = new_client("LOGIN alice");
 
+	server_read_depth = 0;
+	ck_assert_int_eq(qsm_conn_read_depth(NULL), -EINVAL);
+	ck_assert_int_eq(qsm_conn_read_depth(q), -ENOTCONN);   /* no cm_id yet */
 	ck_assert_int_eq(qsm_conn_connect(q), 0);
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_IDLE); /* nothing happens inside a downcall */
 	pump(0);
 	ck_assert_int_eq(qsm_listener_state(l), QSM_LISTENER_LISTENING);
 	ck_assert_str_eq(qsm_conn_state_name(q), "LIVE");
 	ck_assert_int_eq(qsm_conn_qp_state(q), QSM_QP_RTS);
+	/* the READ depth: the passive side's from its request on, the active side's once LIVE */
+	ck_assert_int_eq(server_read_depth, QSM_SIM_READ_DEPTH);
+	ck_assert_int_eq(qsm_conn_read_depth(q), QSM_SIM_READ_DEPTH);
 	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_LIVE], 1);
 	ck_assert_int_eq(COUNT(cctx, unexpected), 0);
 	ck_assert_int_eq(COUNT(sctx, unexpected), 0);

@@ -229,12 +229,23 @@ struct qsm_fid *take_request(void *listen_owner, void *owner)
  * QPs of @caps. */
 static void connect_pair_caps(struct qsm_fid **a, struct qsm_fid **p, const struct qsm_fabric_qp_attr *caps)
 {
+	int depth;
+
 	*a = active_ready_caps(&CLI, A_IP, B_IP, PORT, caps);
 	ck_assert_int_eq(fc->ops->connect(*a, NULL, 0), 0);
 	*p = take_request_caps(&LIS, &SRV, caps);
+	/* The READ depth: the passive side's from its request on (what its accept offers), the
+	 * active side's once the reply came.  Both ends are the same kind of device in every
+	 * fixture, so both directions negotiate the same figure, at most the 16 offered. */
+	ck_assert_int_eq(fc->ops->read_depth(*a), -ENOTCONN);
+	depth = fs->ops->read_depth(*p);
+	ck_assert_int_ge(depth, 1);
+	ck_assert_int_le(depth, 16);
 	ck_assert_int_eq(fs->ops->accept(*p, NULL, 0), 0);
 	expect(fc, QSM_EV_ESTABLISHED, &CLI);
 	expect(fs, QSM_EV_ESTABLISHED, &SRV);
+	ck_assert_int_eq(fc->ops->read_depth(*a), depth);
+	ck_assert_int_eq(fs->ops->read_depth(*p), depth);
 }
 
 /* Client (A_IP, fabric fc, owner CLI) connected to server (B_IP:PORT, fabric fs, owner SRV). */

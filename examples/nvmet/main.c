@@ -50,7 +50,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
-		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-d DOTFILE] [-v]\n"
+		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-d DOTFILE] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
@@ -58,7 +58,9 @@ static void usage(void)
 		"  8); beyond, a connection is rejected.  Each controller has at most CMDS I/O\n"
 		"  commands (1..8192, default 1024) and DATA bytes of their data (1M..1G, default\n"
 		"  128M) in flight over all its I/O queues; a command beyond is answered Command\n"
-		"  Interrupted (the host retries it).  QSM_TRACE=1 traces every transition.\n"
+		"  Interrupted (the host retries it).  A queue has at most READS RDMA READs in\n"
+		"  flight (default: its connection's read depth, qsm_conn_read_depth(3)); the rest\n"
+		"  wait in order.  QSM_TRACE=1 traces every transition.\n"
 		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
 		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n");
 	exit(2);
@@ -112,13 +114,13 @@ static void print_counters(struct qsm_ctx *ctx)
 	    " live %u; connects %" PRIu64 " (errors %" PRIu64 "); commands %" PRIu64 " (admin %" PRIu64
 	    ", io %" PRIu64 ", error status %" PRIu64 ", interrupted by the limits %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
-	    PRIu64 ", device removals %" PRIu64,
+	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64,
 	    g_stats.queues_requested, g_stats.queues_rejected, g_stats.queues_accepted,
 	    g_stats.queues_live, g_stats.queues_released, g_stats.ctrls_created, g_stats.ctrls_freed,
 	    nvmet_ctrls_live(), g_stats.connects, g_stats.connect_errors, g_stats.cmds,
 	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.interrupted, g_stats.reads, g_stats.bytes_read,
 	    g_stats.writes, g_stats.bytes_written, g_stats.flushes, g_stats.wc_errors,
-	    g_stats.protocol_errors, g_stats.device_removals);
+	    g_stats.protocol_errors, g_stats.device_removals, g_stats.reads_waited);
 }
 
 int main(int argc, char **argv)
@@ -134,7 +136,7 @@ int main(int argc, char **argv)
 	unsigned max_batch = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:d:vh")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:d:vh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -148,6 +150,7 @@ int main(int argc, char **argv)
 		case 'c': g_opts.max_ctrls = (unsigned)atoi(optarg); break;
 		case 'R': g_opts.max_ctrl_cmds = (unsigned)atoi(optarg); break;
 		case 'M': g_opts.max_ctrl_data = parse_size(optarg); break;
+		case 'D': g_opts.max_reads = (unsigned)atoi(optarg); break;
 		case 'd': g_dot = optarg; break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
@@ -159,7 +162,8 @@ int main(int argc, char **argv)
 	    g_opts.max_ctrls > NVMET_MAX_CTRLS || !strcmp(g_opts.subnqn, NVME_DISC_SUBSYS_NAME) ||
 	    /* a command alone always fits the data limit: a retried command can succeed */
 	    g_opts.max_ctrl_cmds < 1 || g_opts.max_ctrl_cmds > NVMET_MAX_QID * NVMET_MAX_DEPTH ||
-	    g_opts.max_ctrl_data < NVMET_MAX_XFER || g_opts.max_ctrl_data > 1ull << 30)
+	    g_opts.max_ctrl_data < NVMET_MAX_XFER || g_opts.max_ctrl_data > 1ull << 30 ||
+	    g_opts.max_reads > NVMET_MAX_DEPTH)
 		usage();
 	if (getaddrinfo(g_opts.addr, NULL, &hints, &res) != 0) {
 		fprintf(stderr, "qsm-nvmet: %s is not a numeric address\n", g_opts.addr);

@@ -35,6 +35,7 @@ struct nvmet_opts {
 	 * one queue's depth bounds; a command over either is answered Command Interrupted */
 	unsigned max_ctrl_cmds;  /* I/O commands outstanding */
 	uint64_t max_ctrl_data;  /* bytes of their data in flight (>= NVMET_MAX_XFER) */
+	unsigned max_reads;      /* -D: RDMA READs in flight per queue, at most (0: the connection's) */
 	int verbose;
 	int family;              /* AF_INET / AF_INET6 of addr */
 };
@@ -45,6 +46,7 @@ struct nvmet_stats {
 	uint64_t ctrls_created, ctrls_freed, connects, connect_errors;
 	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
 	uint64_t interrupted;    /* commands turned away by the per-controller limits */
+	uint64_t reads_waited;   /* RDMA READs that waited for the queue's read window */
 	uint64_t bytes_read, bytes_written;
 };
 
@@ -76,6 +78,10 @@ struct nvmet_req {
 	uint32_t c2h_len, c2h_lkey;
 	/* host -> controller data arrived (RDMA READ completed) */
 	void (*then)(struct nvmet_req *r);
+	/* the READ to post once the queue's window has room (nvmet_fetch) */
+	void *rd_dst;
+	uint32_t rd_lkey, rd_len;
+	int32_t rd_next;         /* next request waiting to READ, or -1 */
 	/* counted against its controller's limits (an I/O command), with its data's bytes; given
 	 * back when the slot is free again, or when the queue leaves the controller */
 	int counted;
@@ -100,6 +106,11 @@ struct nvmet_queue {
 	uint32_t *free_list;
 	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr;
 	uint32_t buf_lkey, ns_lkey;
+	/* RDMA READs in flight, at most rd_max (the connection's read depth): the rest wait in
+	 * software, in order, so that a READ beyond the peer's depth never holds the responses
+	 * behind it in the send queue */
+	uint32_t rd_out, rd_max;
+	int32_t rd_head, rd_tail; /* requests waiting to READ (rd_next), -1: none */
 	struct nvmet_queue *next, *prev;   /* every queue alive, for the exit */
 };
 

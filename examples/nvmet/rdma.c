@@ -134,6 +134,8 @@ static int nq_alloc(struct nvmet_queue *nq)
 		nq->free_list[i] = nq->nreqs - 1 - i;
 	}
 	nq->nfree = nq->nreqs;
+	nq->rd_out = 0;
+	nq->rd_head = nq->rd_tail = -1;
 	return 0;
 }
 
@@ -219,19 +221,57 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	}
 }
 
-void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
-		 void (*then)(struct nvmet_req *r))
+static void post_read(struct nvmet_req *r)
 {
-	struct qsm_sge s = { .addr = (uintptr_t)dst, .length = len, .lkey = lkey };
+	struct nvmet_queue *nq = r->nq;
+	struct qsm_sge s = { .addr = (uintptr_t)r->rd_dst, .length = r->rd_len, .lkey = r->rd_lkey };
 	int rc;
 
-	r->then = then;
-	rc = qsm_conn_post_read(r->nq->q, WR_ID(WR_READ, r->idx), &s, 1, r->raddr, r->rkey,
+	rc = qsm_conn_post_read(nq->q, WR_ID(WR_READ, r->idx), &s, 1, r->raddr, r->rkey,
 				QSM_POST_SIGNALED);
 	if (rc < 0) {
 		req_put(r);
 		if (rc != -ENOTCONN)
-			nq_fail(r->nq, "cannot post RDMA READ");
+			nq_fail(nq, "cannot post RDMA READ");
+		return;
+	}
+	nq->rd_out++;
+}
+
+void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
+		 void (*then)(struct nvmet_req *r))
+{
+	struct nvmet_queue *nq = r->nq;
+
+	r->then = then;
+	r->rd_dst = dst;
+	r->rd_lkey = lkey;
+	r->rd_len = len;
+	if (nq->rd_out < nq->rd_max && nq->rd_head < 0) {
+		post_read(r);
+		return;
+	}
+	/* the window is full: wait, in order, for a READ of the queue's to complete */
+	g_stats.reads_waited++;
+	r->rd_next = -1;
+	if (nq->rd_tail >= 0)
+		nq->reqs[nq->rd_tail].rd_next = (int32_t)r->idx;
+	else
+		nq->rd_head = (int32_t)r->idx;
+	nq->rd_tail = (int32_t)r->idx;
+}
+
+/* A READ of the queue's completed: the first waiting READ takes its place. */
+static void read_done(struct nvmet_queue *nq)
+{
+	nq->rd_out--;
+	while (nq->rd_head >= 0 && nq->rd_out < nq->rd_max) {
+		struct nvmet_req *w = &nq->reqs[nq->rd_head];
+
+		nq->rd_head = w->rd_next;
+		if (nq->rd_head < 0)
+			nq->rd_tail = -1;
+		post_read(w);
 	}
 }
 
@@ -336,6 +376,7 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	case WR_RECV:
 		return on_capsule(nq, idx, wc->byte_len);
 	case WR_READ:
+		read_done(nq);
 		if (idx < nq->nreqs && nq->reqs[idx].busy && nq->reqs[idx].then)
 			nq->reqs[idx].then(&nq->reqs[idx]);
 		return 0;
@@ -434,6 +475,13 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	int r;
 
 	(void)ev;
+	/* the READs in flight: what the accept offers (the host's responder resources, at most
+	 * the device's), at most -D */
+	r = qsm_conn_read_depth(q);
+	nq->rd_max = r > 0 ? (uint32_t)r : 1;
+	if (g_opts.max_reads && g_opts.max_reads < nq->rd_max)
+		nq->rd_max = g_opts.max_reads;
+	VLOG("queue %u (qid %u): at most %u RDMA READs in flight", nq->serial, nq->qid, nq->rd_max);
 	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * NVME_SQE_SIZE,
 				 QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, nq->rsps, (size_t)nq->nreqs * sizeof(*nq->rsps), 0, &nq->rsp_mr)) < 0 ||

@@ -281,6 +281,8 @@ int qsm_conn_state(struct qsm_conn *q);
 const char *qsm_conn_state_name(struct qsm_conn *q);
 int qsm_conn_qp_state(struct qsm_conn *q);          /* enum qsm_qp_state; -ENOENT: no QP */
 int qsm_conn_attempts(struct qsm_conn *q);          /* failed attempts since last ESTABLISHED */
+/* RDMA READs q may have in flight (its negotiated initiator depth); -ENOTCONN: not known yet */
+int qsm_conn_read_depth(struct qsm_conn *q);
 /* Active queues: the address (and source, NULL: none) of the next connect attempt, e.g. another
  * path's after DEVICE_REMOVAL; the attempt under way keeps its own.  Any state, handlers too. */
 int qsm_conn_set_dst(struct qsm_conn *q, const struct sockaddr *dst, const struct sockaddr *src);

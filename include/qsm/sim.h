@@ -105,6 +105,10 @@ struct qsm_fabric;
 /* The sim device's max_mr_size (ibv_device_attr): reg_mr refuses longer (-EINVAL). */
 #define QSM_SIM_MAX_MR_SIZE (1ull << 32)
 
+/* The RDMA READs a sim connection's each side may have in flight (qsm_conn_read_depth(3)):
+ * both sides' devices offer this initiator depth and responder resources. */
+#define QSM_SIM_READ_DEPTH 16
+
 #define QSM_SIM_REQ_PDATA 56   /* IB CM REQ private data less the rdma_cm header */
 #define QSM_SIM_REP_PDATA 196  /* IB CM REP private data */
 #define QSM_SIM_REJ_PDATA 148  /* IB CM REJ private data */

@@ -328,6 +328,11 @@ struct qsm_fabric_ops {
 	 * had established already (the RTU won the race), or cannot; nothing else happens
 	 * then.  NULL: a CM that needs no telling (the sim's never loses an RTU). */
 	int (*notify)(struct qsm_fid *id);
+	/* RDMA READs this side may have in flight on the id's connection (its initiator depth,
+	 * the ORD, as the CM negotiated it), >= 0: for a passive id from its CONNECT_REQUEST on
+	 * (what its accept will offer), for an active one from its ESTABLISHED on; -ENOTCONN
+	 * before. */
+	int (*read_depth)(struct qsm_fid *id);
 
 	/* The device an id is on (after ADDR_RESOLVED, or bind to a device address), or NULL. */
 	struct qsm_fdev *(*id_device)(struct qsm_fid *id);

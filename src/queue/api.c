@@ -215,6 +215,16 @@ int qsm_conn_attempts(struct qsm_conn *q)
 	return q->attempts > INT_MAX ? INT_MAX : (int)q->attempts;
 }
 
+int qsm_conn_read_depth(struct qsm_conn *q)
+{
+	qsm_check(q, -EINVAL);
+	if (q->dead)
+		return -ESTALE;
+	if (!q->id || !q->ctx->ops->read_depth)
+		return -ENOTCONN;
+	return q->ctx->ops->read_depth(q->id);
+}
+
 int qsm_conn_verbs(struct qsm_conn *q, struct qsm_verbs *out)
 {
 	void *cm_id, *qp, *pd;

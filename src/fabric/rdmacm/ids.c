@@ -17,6 +17,7 @@ static struct qsm_fid *fid_new(struct rc_fabric *f, struct rdma_cm_id *cm, void 
 	id->fab = f;
 	id->cm = cm;
 	id->owner = owner;
+	id->ord = -1;
 	qsm_list_init(&id->qp_node);
 	qsm_list_init(&id->late);
 	qsm_list_init(&id->lq_node);
@@ -159,23 +160,32 @@ static uint8_t clamp_rd(unsigned v)
  * maximum (rnr_retry_count 7 = retry forever on RNR NAK).  The device's limits, at most
  * RD_ATOM_MAX; accept answers no more than the request offered.
  */
+/* The initiator depth an active id offers: the device's, at least 1 */
+static unsigned active_ord(const struct qsm_fid *id)
+{
+	return clamp_rd(id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1);
+}
+
+/* The one a passive id accepts with: no more than the request's responder resources */
+static unsigned passive_ord(const struct qsm_fid *id)
+{
+	unsigned init = id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1;
+
+	return clamp_rd(id->req_responder_resources < init ? id->req_responder_resources : init);
+}
+
 static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void *pdata, size_t len,
 		       bool accept)
 {
 	unsigned resp = id->dev && id->dev->max_rd_atom ? id->dev->max_rd_atom : 1;
-	unsigned init = id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1;
 
-	if (accept) {
-		if (id->req_initiator_depth < resp)
-			resp = id->req_initiator_depth;
-		if (id->req_responder_resources < init)
-			init = id->req_responder_resources;
-	}
+	if (accept && id->req_initiator_depth < resp)
+		resp = id->req_initiator_depth;
 	memset(p, 0, sizeof(*p));
 	p->private_data = len ? pdata : NULL;
 	p->private_data_len = (uint8_t)len;
 	p->responder_resources = clamp_rd(resp);
-	p->initiator_depth = clamp_rd(init);
+	p->initiator_depth = (uint8_t)(accept ? passive_ord(id) : active_ord(id));
 	p->flow_control = 1;
 	p->retry_count = 7;
 	p->rnr_retry_count = 7;
@@ -262,6 +272,15 @@ int qsm_rc_notify(struct qsm_fid *id)
 	if (rdma_notify(id->cm, IBV_EVENT_COMM_EST) < 0)
 		return errno_or(EINVAL);
 	return 0;
+}
+
+int qsm_rc_read_depth(struct qsm_fid *id)
+{
+	if (!id)
+		return -EINVAL;
+	if (id->requested)
+		return (int)passive_ord(id);
+	return id->ord >= 0 ? id->ord : -ENOTCONN;
 }
 
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id)
@@ -384,8 +403,18 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			}
 			id->req_initiator_depth = ce->param.conn.initiator_depth;
 			id->req_responder_resources = ce->param.conn.responder_resources;
+			id->requested = true;
 		} else {
 			id = ce->id->context;
+			/* The active side's READ depth: what it offered, at most what the peer's CM says
+			 * it takes (IB: the REP's responder resources; iWARP: the ORD the provider
+			 * negotiated), as librdmacm sets the QP's max_rd_atomic */
+			if (ce->event == RDMA_CM_EVENT_ESTABLISHED && !id->requested) {
+				unsigned o = active_ord(id);
+
+				id->ord = (int16_t)(ce->param.conn.responder_resources < o ?
+						    ce->param.conn.responder_resources : o);
+			}
 			/* An event of an id that connected is its connect's outcome, or after it, but
 			 * for ADDR_CHANGE.  DEVICE_REMOVAL too: the kernel's removal waits for the id's
 			 * destroy, and drops a connect's outcome that comes after it, so the id goes

@@ -333,6 +333,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.flush_qp = qsm_rc_flush_qp,
 	.cm_timeout_ms = qsm_rc_cm_timeout_ms,
 	.notify = qsm_rc_notify,
+	.read_depth = qsm_rc_read_depth,
 	.connect = qsm_rc_connect,
 	.accept = qsm_rc_accept,
 	.reject = qsm_rc_reject,

@@ -215,6 +215,8 @@ struct qsm_fid {
 	struct qsm_list late;            /* struct rc_late of both, in post order */
 	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
 	uint8_t req_initiator_depth, req_responder_resources;
+	bool requested;                  /* made for a CONNECT_REQUEST: a passive id */
+	int16_t ord;                     /* active: the READ depth ESTABLISHED gave, -1 before */
 	/* iWARP: rdma_connect() made and no outcome yet.  The kernel's iw_cm makes a destroy (and a
 	 * disconnect) wait for that outcome, up to the provider's connect timeout, so a destroy
 	 * then parks the id instead (qsm_rc_destroy_id) */
@@ -444,6 +446,7 @@ void qsm_rc_destroy_qp(struct qsm_fid *id);
  * until qsm_rc_destroy_qp(): a parked id's (qsm_rc_destroy_id), whose destroy would wait. */
 void qsm_rc_unhook_qp(struct qsm_fid *id);
 uint32_t qsm_rc_cm_timeout_ms(struct qsm_fid *id);
+int qsm_rc_read_depth(struct qsm_fid *id);
 int qsm_rc_notify(struct qsm_fid *id);
 int qsm_rc_reg_mr(struct qsm_fdev *d, void *addr, size_t len, int access, struct qsm_fmr **ret,
 		  uint32_t *lkey, uint32_t *rkey);

@@ -54,6 +54,7 @@ static const struct qsm_fabric_ops sim_ops = {
 	.disconnect = sim_disconnect,
 	.drain = sim_drain,
 	.flush_qp = sim_flush_qp,
+	.read_depth = sim_read_depth,
 	.id_device = sim_id_device,
 	.device_get = sim_device_get,
 	.device_put = sim_device_put,

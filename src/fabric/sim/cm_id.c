@@ -290,6 +290,24 @@ int sim_resolve_route(struct qsm_fid *fid, int timeout_ms)
 
 /* ---- what an id is on ---- */
 
+/* Every sim device offers QSM_SIM_READ_DEPTH both ways: a passive id knows it from its request
+ * on, an active one once established. */
+int sim_read_depth(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id)
+		return -EINVAL;
+	switch (id->state) {
+	case ID_REQ_RCVD:
+	case ID_ESTABLISHED:
+	case ID_DISCONNECTED:
+		return QSM_SIM_READ_DEPTH;
+	default:
+		return -ENOTCONN;
+	}
+}
+
 struct qsm_fdev *sim_id_device(struct qsm_fid *fid)
 {
 	struct sim_id *id = to_id(fid);

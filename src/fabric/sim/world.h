@@ -346,6 +346,7 @@ int sim_resolve_addr(struct qsm_fid *fid, const struct sockaddr *src,
 		     const struct sockaddr *dst, int timeout_ms);
 int sim_resolve_route(struct qsm_fid *fid, int timeout_ms);
 struct qsm_fdev *sim_id_device(struct qsm_fid *fid);
+int sim_read_depth(struct qsm_fid *fid);
 int sim_id_src_addr(struct qsm_fid *fid, struct sockaddr_storage *ss);
 
 /* ---- cm_conn.c ---- */
