@@ -945,6 +945,29 @@ START_TEST(test_reads_beyond_the_read_window_wait_and_every_write_lands)
 }
 END_TEST
 
+/* The subsystem may have several controllers sharing its namespace (CMIC bit 1, NMIC bit 0):
+ * the Linux host takes the namespace through a second controller (another host NQN, another
+ * path) only then; a discovery controller says neither. */
+START_TEST(test_identify_says_the_namespace_is_shared_by_the_controllers)
+{
+	struct host *a, *io = host_io_up(&a);
+	struct nvme_sqe s;
+
+	(void)io;
+	s = sqe_of(NVME_ADMIN_IDENTIFY, 20);
+	s.cdw10 = htole32(NVME_ID_CNS_CTRL);
+	sgl_keyed(a, &s, 4096);
+	ck_assert_int_eq(host_ask(a, &s, 20, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(a->io[76], 1u << 1);
+	s = sqe_of(NVME_ADMIN_IDENTIFY, 21);
+	s.cdw10 = htole32(NVME_ID_CNS_NS);
+	s.nsid = htole32(1);
+	sgl_keyed(a, &s, 4096);
+	ck_assert_int_eq(host_ask(a, &s, 21, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(a->io[30], 1);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -969,6 +992,7 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_io_data_beyond_the_controller_cap_is_interrupted_for_a_retry);
 	tcase_add_test(t, test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held);
 	tcase_add_test(t, test_reads_beyond_the_read_window_wait_and_every_write_lands);
+	tcase_add_test(t, test_identify_says_the_namespace_is_shared_by_the_controllers);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -410,6 +410,10 @@ static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
 	put_str(id + 24, "rdma-qsm nvmet (userspace)", 40);                        /* MN */
 	put_str(id + 64, "0.1", 8);              /* FR */
 	id[72] = 6;                              /* RAB */
+	/* CMIC: the subsystem may have more controllers (a host's several, and other hosts'), and
+	 * its namespace is shared by them (NMIC): the Linux host takes a namespace it sees through a
+	 * second controller only if both say so, and puts the controllers under one multipath head */
+	id[76] = c->discovery ? 0 : 1u << 1;
 	id[77] = c->discovery ? 0 : NVMET_MDTS;  /* MDTS, in CAP.MPSMIN pages */
 	put_le16(id + 78, c->cntlid);            /* CNTLID: the host checks it against Connect's */
 	put_le32(id + 80, 0x10300);              /* VER */
@@ -476,6 +480,7 @@ static void exec_identify(struct nvmet_req *r, struct nvmet_ctrl *c)
 			put_le64(id + 16, ns_blocks());   /* NUSE */
 			id[25] = 0;                       /* NLBAF: one format */
 			id[26] = 0;                       /* FLBAS: format 0 */
+			id[30] = 1;                       /* NMIC: shared by the controllers */
 			id[128 + 2] = NVMET_LBA_SHIFT;    /* LBAF0.LBADS */
 		}                                         /* other nsids: inactive, zeros */
 		break;
