@@ -82,4 +82,70 @@ void fake_cq_event(struct rc_fabric *f);
 /* The fake CQ is hot: polled while the fabric is asked for events, not waited for. */
 int fake_cq_hot(void);
 
+/*
+ * Many ids (bench/dispatch), after fake_many_init(): the CM of many connections, each
+ * rdma_cm_id its own and each QP its own (a provider of their own, apart from prov's), every
+ * call answered at once as the kernel's CM would answer it, the event queued on the id's
+ * channel and handed out by rdma_get_cm_event() one at a time, in order (acked before the
+ * next); the channel's fd readable while events are queued.  rdma_resolve_addr brings
+ * ADDR_RESOLVED, rdma_resolve_route ROUTE_RESOLVED, rdma_connect ESTABLISHED; the peer hangs up
+ * as soon as its ESTABLISHED is taken (DISCONNECTED queued behind it), and rdma_disconnect brings
+ * TIMEWAIT_EXIT.  A QP in ERR completes a send (the drain's marker) at once, flushed, on the one
+ * CQ, whose channel (an eventfd) fires if the CQ was armed.  Ids and QPs come from pools made at
+ * init: nothing is allocated per call, so the fake's own cost is a few stores a call, the same for
+ * whoever calls it.  Silent: no event answers a call (held: the resolves kept, answered by
+ * fake_many_answer()).
+ */
+struct fake_done {
+	uint64_t wr_id;
+	uint32_t qp_num;
+};
+
+struct fake_many {
+	bool on, silent, hold;
+	struct ibv_device dev;
+	struct ibv_context ctx;
+	struct ibv_cq cq;
+	struct ibv_pd pd;
+	struct ibv_comp_channel cc;          /* an eventfd: readable while cq_events */
+	bool armed;
+	unsigned cq_events;
+	struct fake_done *done;              /* completions in the CQ, a ring */
+	uint32_t done_head, done_len, done_cap;
+	struct fake_id *free_ids;
+	struct fake_qp *free_qps;
+	uint32_t qpn;
+	struct ibv_qp_cap qp_cap;            /* the last QP's, as asked */
+	struct rdma_cm_id **held;            /* resolves answered by fake_many_answer() */
+	size_t nheld;
+	uint64_t events;                     /* CM events handed out */
+	uint64_t queued;                     /* CM events on the channels, not handed out yet */
+	uint32_t chan_cap;                   /* events a channel made now holds (two an id) */
+	/* the rdmacm fabric's side: what librdmacm's context tells the fabric of the id's device
+	 * (the fake device), set when its address resolves */
+	void (*attach)(struct rdma_cm_id *cm);
+};
+
+extern struct fake_many many;
+
+/* Many ids on, with pools for nids ids and QPs; off again (everything freed). */
+void fake_many_init(size_t nids);
+void fake_many_fini(void);
+/* Something for the caller to take: a CM event queued, a completion in the CQ. */
+static inline bool fake_many_pending(void)
+{
+	return many.queued || many.done_len;
+}
+
+/* ADDR_RESOLVED for each resolve held while silent. */
+void fake_many_answer(void);
+/* The provider's objects, as a ULP opens them (ibv_alloc_pd, ibv_create_comp_channel,
+ * ibv_create_cq on the id's context). */
+void fake_many_device(struct ibv_context **verbs, struct ibv_pd **pd, struct ibv_cq **cq,
+		      struct ibv_comp_channel **cc);
+/* An rdmacm fabric (qsm_rdmacm_fabric_new) whose device is the many ids' provider, its
+ * completion channel in the fabric's epoll; every id's device once its address resolves.
+ * Freed by its destroy op (or the ctx's free). */
+int fake_many_fabric(struct qsm_fabric **fab);
+
 #endif
