@@ -404,6 +404,10 @@ static void complete_data(struct nvmet_req *r, void *data, uint32_t len, uint32_
 
 static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
 {
+	/* in-capsule data is for I/O queues: a discovery controller has none */
+	uint32_t icd = c->discovery ? 0 : g_opts.icd_size;
+
+
 	put_le16(id + 0, 0x1b36);                /* VID (unassigned use: the qemu one, as a test id) */
 	put_le16(id + 2, 0x1b36);                /* SSVID */
 	put_str(id + 4, c->discovery ? "qsm-nvmet-disc" : "qsm-nvmet-0001", 20);   /* SN */
@@ -431,11 +435,13 @@ static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
 	put_le32(id + 516, c->discovery ? 0 : 1);   /* NN */
 	put_le16(id + 520, 0);                   /* ONCS */
 	id[525] = 0;                             /* VWC: none, RAM is as durable as it gets */
-	put_le32(id + 536, 1u << 0 | 1u << 2);   /* SGLS: SGLs, keyed SGL data blocks (no offsets) */
+	/* SGLS: SGLs, keyed SGL data blocks, and (SAOS) a data block's address as an offset into the
+	 * capsule, the bit the kernel host wants before it sends in-capsule data */
+	put_le32(id + 536, 1u << 0 | 1u << 2 | (icd ? 1u << 20 : 0));
 	snprintf((char *)id + 768, 256, "%s", nqn_of(c));                          /* SUBNQN */
-	put_le32(id + 1792, (NVME_SQE_SIZE + nvmet_icd_size) / 16);   /* IOCCSZ */
-	put_le32(id + 1796, NVME_CQE_SIZE / 16);  /* IORCSZ */
-	put_le16(id + 1800, 0);                  /* ICDOFF */
+	put_le32(id + 1792, (NVME_SQE_SIZE + icd) / 16);   /* IOCCSZ: an I/O queue's capsule */
+	put_le32(id + 1796, NVME_CQE_SIZE / 16);  /* IORCSZ: the CQE, no data in responses */
+	put_le16(id + 1800, 0);                  /* ICDOFF: the data right after the SQE */
 	id[1802] = 0;                            /* FCATT: dynamic controller model */
 	id[1803] = 1;                            /* MSDBD */
 }

@@ -3,7 +3,7 @@
  * RAM-backed namespace to the Linux kernel's nvme-rdma host.
  *
  *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-c CTRLS]
- *             [-R CMDS] [-M SIZE] [-v]
+ *             [-R CMDS] [-M SIZE] [-D READS] [-I ICD] [-v]
  *
  * What a remote host can make it allocate is bounded: CTRLS controllers (default 16), each
  * with IOQUEUES I/O queues (default 8); a connection request beyond is rejected before
@@ -11,6 +11,7 @@
  * host keeps in flight is bounded per controller too, over all its I/O queues: CMDS commands
  * (default 1024: 8 full queues) and SIZE bytes of their data (default 128M: a full queue of
  * 1 MiB commands); a command beyond is answered Command Interrupted, which the host retries.
+ * A write of at most ICD bytes (default 4K) may come in its command capsule, no RDMA READ.
  *
  * SIGINT / SIGTERM: stop, print the counters, exit 0 unless an event was unexpected.
  * SIGUSR1: print the counters and go on. */
@@ -41,6 +42,7 @@ struct nvmet_opts g_opts = {
 	.max_ctrls = 16,
 	.max_ctrl_cmds = 8 * NVMET_MAX_DEPTH,
 	.max_ctrl_data = 128ull << 20,
+	.icd_size = NVMET_ICD_DEFAULT,
 };
 struct nvmet_stats g_stats;
 uint8_t *g_ns;
@@ -50,7 +52,8 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
-		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-d DOTFILE] [-v]\n"
+		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-I ICD[K]]\n"
+		"                 [-d DOTFILE] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
@@ -60,7 +63,10 @@ static void usage(void)
 		"  128M) in flight over all its I/O queues; a command beyond is answered Command\n"
 		"  Interrupted (the host retries it).  A queue has at most READS RDMA READs in\n"
 		"  flight (default: its connection's read depth, qsm_conn_read_depth(3)); the rest\n"
-		"  wait in order.  QSM_TRACE=1 traces every transition.\n"
+		"  wait in order.  An I/O queue's command capsule carries up to ICD bytes of\n"
+		"  in-capsule data (0..16K, a multiple of 16, default 4K; 0: none): the host sends\n"
+		"  a write that small with its command, no RDMA READ (each I/O queue receives into\n"
+		"  depth x (64 + ICD) bytes).  QSM_TRACE=1 traces every transition.\n"
 		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
 		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n");
 	exit(2);
@@ -114,13 +120,15 @@ static void print_counters(struct qsm_ctx *ctx)
 	    " live %u; connects %" PRIu64 " (errors %" PRIu64 "); commands %" PRIu64 " (admin %" PRIu64
 	    ", io %" PRIu64 ", error status %" PRIu64 ", interrupted by the limits %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
-	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64,
+	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64
+	    "; data in the capsule %" PRIu64,
 	    g_stats.queues_requested, g_stats.queues_rejected, g_stats.queues_accepted,
 	    g_stats.queues_live, g_stats.queues_released, g_stats.ctrls_created, g_stats.ctrls_freed,
 	    nvmet_ctrls_live(), g_stats.connects, g_stats.connect_errors, g_stats.cmds,
 	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.interrupted, g_stats.reads, g_stats.bytes_read,
 	    g_stats.writes, g_stats.bytes_written, g_stats.flushes, g_stats.wc_errors,
-	    g_stats.protocol_errors, g_stats.device_removals, g_stats.reads_waited);
+	    g_stats.protocol_errors, g_stats.device_removals, g_stats.reads_waited,
+	    g_stats.in_capsule);
 }
 
 int main(int argc, char **argv)
@@ -134,9 +142,10 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int c, r, ep = -1, sfd = -1, stop = 0, rc = 1;
 	unsigned max_batch = 0;
+	uint64_t icd;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:d:vh")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:d:vh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -151,6 +160,12 @@ int main(int argc, char **argv)
 		case 'R': g_opts.max_ctrl_cmds = (unsigned)atoi(optarg); break;
 		case 'M': g_opts.max_ctrl_data = parse_size(optarg); break;
 		case 'D': g_opts.max_reads = (unsigned)atoi(optarg); break;
+		case 'I':
+			icd = parse_size(optarg);
+			if ((icd == 0 && strcmp(optarg, "0") != 0) || icd > NVMET_ICD_MAX || icd % 16)
+				usage();
+			g_opts.icd_size = (uint32_t)icd;
+			break;
 		case 'd': g_dot = optarg; break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
@@ -216,9 +231,9 @@ int main(int argc, char **argv)
 	}
 	LOG("listening on %s port %u: subsystem %s, namespace 1: %" PRIu64 " MiB (%" PRIu64
 	    " LBAs of 512 bytes), up to %u controllers of up to %u I/O queues, %u commands and %"
-	    PRIu64 " KiB of data in flight each", g_opts.addr, g_opts.port, g_opts.subnqn,
+	    PRIu64 " KiB of data in flight each, %u bytes of in-capsule data", g_opts.addr, g_opts.port, g_opts.subnqn,
 	    g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT, g_opts.max_ctrls,
-	    g_opts.max_io_queues, g_opts.max_ctrl_cmds, g_opts.max_ctrl_data >> 10);
+	    g_opts.max_io_queues, g_opts.max_ctrl_cmds, g_opts.max_ctrl_data >> 10, g_opts.icd_size);
 
 	while (!stop) {
 		struct epoll_event evs[4];

@@ -18,9 +18,11 @@
 #define NVMET_BUF_SIZE 4096      /* per-request buffer: connect data, identify, log pages */
 #define NVMET_MDTS 8             /* 2^8 * 4 KiB = 1 MiB per command */
 #define NVMET_MAX_XFER (4096u << NVMET_MDTS)
-/* In-capsule data a command capsule may carry after its SQE: none (IOCCSZ is the SQE alone);
- * a variable, not a macro, so that the checks against it read as they will once it is not 0. */
-static const uint32_t nvmet_icd_size = 0;
+/* In-capsule data an I/O queue's command capsule may carry after its SQE (-I): IOCCSZ is the SQE
+ * and that.  4 KiB by default, as the kernel's nvmet-rdma (a page) and SPDK's target offer; at
+ * most 16 KiB, as the kernel's; 16-byte units, as IOCCSZ counts.  The admin queue takes none. */
+#define NVMET_ICD_DEFAULT 4096u
+#define NVMET_ICD_MAX (16u << 10)
 #define NVMET_LBA_SHIFT 9        /* 512-byte LBAs */
 #define NVMET_MAX_AER 4          /* AERL + 1 */
 
@@ -36,6 +38,7 @@ struct nvmet_opts {
 	unsigned max_ctrl_cmds;  /* I/O commands outstanding */
 	uint64_t max_ctrl_data;  /* bytes of their data in flight (>= NVMET_MAX_XFER) */
 	unsigned max_reads;      /* -D: RDMA READs in flight per queue, at most (0: the connection's) */
+	uint32_t icd_size;       /* -I: in-capsule data of an I/O queue's capsule, bytes */
 	int verbose;
 	int family;              /* AF_INET / AF_INET6 of addr */
 };
@@ -47,6 +50,7 @@ struct nvmet_stats {
 	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
 	uint64_t interrupted;    /* commands turned away by the per-controller limits */
 	uint64_t reads_waited;   /* RDMA READs that waited for the queue's read window */
+	uint64_t in_capsule;     /* commands whose host data came in their capsule (no READ) */
 	uint64_t bytes_read, bytes_written;
 };
 
@@ -70,9 +74,13 @@ struct nvmet_req {
 	struct nvme_sqe cmd;
 	struct nvme_cqe *rsp;
 	uint8_t *buf;
-	/* the host's buffer, from the keyed SGL data block descriptor */
+	/* the host's data: rlen bytes, in its buffer (a keyed SGL data block descriptor) or in the
+	 * capsule (a data block with an offset: icd points into the receive buffer, which the
+	 * request holds, recv, until the data is taken or the command answered) */
 	uint64_t raddr;
 	uint32_t rkey, rlen;
+	const uint8_t *icd;
+	int32_t recv;            /* the receive buffer held, or -1 */
 	/* controller -> host data to RDMA WRITE before the response */
 	void *c2h;
 	uint32_t c2h_len, c2h_lkey;
@@ -98,7 +106,8 @@ struct nvmet_queue {
 	uint16_t sqhd;
 	struct nvmet_ctrl *ctrl;
 	int connecting;          /* a Connect's data is being read: one Connect at a time */
-	uint8_t *recv_bufs;      /* depth * 64-byte command capsules */
+	uint32_t icd;            /* in-capsule data a capsule may carry: -I on an I/O queue, else 0 */
+	uint8_t *recv_bufs;      /* depth command capsules of NVME_SQE_SIZE + icd bytes */
 	struct nvme_cqe *rsps;   /* nreqs response capsules */
 	uint8_t *bufs;           /* nbufs * NVMET_BUF_SIZE */
 	struct nvmet_req *reqs;
@@ -119,7 +128,8 @@ extern const struct qsm_class nvmet_queue_class;
 /* Sends the response (after the RDMA WRITE of r->c2h, if any) and frees r when it is sent.
  * status: SCT << 8 | SC, | NVME_STATUS_DNR. */
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);
-/* RDMA READs r's host data (len bytes) into dst (lkey), then calls then(r). */
+/* Takes r's host data (len bytes) into dst (lkey), then calls then(r): copied from the capsule
+ * at once if it came in it, else by an RDMA READ within the queue's read window. */
 void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 		 void (*then)(struct nvmet_req *r));
 unsigned nvmet_queues_live(void);      /* requested and not yet released */

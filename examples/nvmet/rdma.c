@@ -7,14 +7,16 @@
  *   qp_ready         registers the queue's buffers and posts one receive per queue entry
  *                    before the accept goes out;
  *   completion       the capsule state machine: RECV (a command capsule) -> [RDMA READ of
- *                    host data] -> execute -> [RDMA WRITE of controller data] -> SEND (the
- *                    response capsule) -> the request slot is free again;
+ *                    host data, or its copy out of the capsule] -> execute -> [RDMA WRITE of
+ *                    controller data] -> SEND (the response capsule) -> the request slot is
+ *                    free again;
  *   device_removed   drops the queue's MRs (the base class releases the QP and the id);
  *   release          frees everything the queue allocated.  A handler that returns non-zero
  *                    gets no release (the library destroys the queue at once): it frees the
  *                    queue itself before it returns.
  * Every other edge is the base class's: CONNECTED -> ready, losses drain and close. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,7 +118,10 @@ static int nq_alloc(struct nvmet_queue *nq)
 	 * queue moves data straight to and from the namespace and needs one, for its Connect
 	 * (one Connect at a time: exec_connect) */
 	nq->nbufs = nq->qid ? 1 : nq->nreqs;
-	nq->recv_bufs = calloc(nq->depth, NVME_SQE_SIZE);
+	/* in-capsule data on I/O queues only: the NVMe/RDMA admin capsule is the SQE (the kernel
+	 * host sizes it so, and its target gives the admin queue no in-capsule pages) */
+	nq->icd = nq->qid ? g_opts.icd_size : 0;
+	nq->recv_bufs = calloc(nq->depth, NVME_SQE_SIZE + nq->icd);
 	nq->rsps = calloc(nq->nreqs, sizeof(*nq->rsps));
 	if (posix_memalign((void **)&nq->bufs, 4096, (size_t)nq->nbufs * NVMET_BUF_SIZE))
 		nq->bufs = NULL;
@@ -150,6 +155,8 @@ static struct nvmet_req *req_get(struct nvmet_queue *nq)
 	r->c2h = NULL;
 	r->c2h_len = 0;
 	r->then = NULL;
+	r->icd = NULL;
+	r->recv = -1;
 	return r;
 }
 
@@ -164,10 +171,15 @@ static void req_put(struct nvmet_req *r)
 	nq->free_list[nq->nfree++] = r->idx;
 }
 
+static uint8_t *recv_buf(const struct nvmet_queue *nq, uint32_t i)
+{
+	return nq->recv_bufs + (size_t)i * (NVME_SQE_SIZE + nq->icd);
+}
+
 static int post_recv(struct nvmet_queue *nq, uint32_t i)
 {
-	struct qsm_sge s = { .addr = (uintptr_t)(nq->recv_bufs + (size_t)i * NVME_SQE_SIZE),
-			     .length = NVME_SQE_SIZE, .lkey = qsm_mr_lkey(nq->recv_mr) };
+	struct qsm_sge s = { .addr = (uintptr_t)recv_buf(nq, i), .length = NVME_SQE_SIZE + nq->icd,
+			     .lkey = qsm_mr_lkey(nq->recv_mr) };
 
 	return qsm_conn_post_recv(nq->q, WR_ID(WR_RECV, i), &s, 1);
 }
@@ -183,12 +195,32 @@ static void nq_fail(struct nvmet_queue *nq, const char *why)
 
 /* ---- the capsule state machine ---- */
 
+/* The receive buffer r's in-capsule data came in is free again: posted before r's response goes
+ * out, so that the host's next capsule, which that response allows, finds it. */
+static int recv_release(struct nvmet_req *r)
+{
+	struct nvmet_queue *nq = r->nq;
+	int rc;
+
+	if (r->recv < 0)
+		return 0;
+	rc = post_recv(nq, (uint32_t)r->recv);
+	r->recv = -1;
+	r->icd = NULL;
+	if (rc < 0 && rc != -ENOTCONN) {
+		nq_fail(nq, "cannot repost a receive");
+		return rc;
+	}
+	return 0;
+}
+
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 {
 	struct nvmet_queue *nq = r->nq;
 	struct qsm_sge s;
 	int rc;
 
+	recv_release(r);
 	if (status)
 		g_stats.errors++;
 	if (status && g_opts.verbose)
@@ -243,6 +275,14 @@ void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 {
 	struct nvmet_queue *nq = r->nq;
 
+	if (r->icd) {
+		/* in the capsule: one copy (at most -I bytes), no READ and no slot of the window */
+		g_stats.in_capsule++;
+		memcpy(dst, r->icd, len);
+		recv_release(r);
+		then(r);
+		return;
+	}
 	r->then = then;
 	r->rd_dst = dst;
 	r->rd_lkey = lkey;
@@ -275,15 +315,26 @@ static void read_done(struct nvmet_queue *nq)
 	}
 }
 
+/* Whether the command moves data from the host to the controller: the data transfer bits of its
+ * opcode, of its fctype for a Fabrics command (Connect: yes; Property Get and Set: no). */
+static bool host_to_ctrl(const struct nvme_sqe *cmd)
+{
+	uint8_t op = cmd->opcode == NVME_FABRICS_COMMAND ? ((const uint8_t *)cmd)[4] : cmd->opcode;
+
+	return (op & 3) == 1;
+}
+
 /* The capsule's flags and DPTR, as the NVMe/RDMA binding allows them: no fused commands, PSDT
  * 01b (SGLs; the kernel host sets it on every capsule), and one descriptor: a keyed SGL data
  * block (address, or address with remote invalidation) for data moved by RDMA, at most MDTS; or
- * a data block with an offset into the capsule's own data, icd_len bytes after the SQE (this
- * target offers none, nvmet_icd_size: such a descriptor can name zero bytes at offset 0 and
- * nothing else, whatever arrived).  The statuses are the NVMe base spec's, told apart as SPDK
- * does: an offset beyond the data, a length beyond what is there or beyond MDTS, a descriptor of
- * another type or subtype.  Whether the length is the command's own is the command's check. */
-static uint16_t parse_sgl(struct nvmet_req *r, uint32_t icd_len)
+ * a data block with an offset into the capsule's own data, the icd_len bytes that came after the
+ * SQE (at most the queue's -I; none on the admin queue).  The statuses are the NVMe base spec's,
+ * told apart as SPDK does: an offset beyond the data, a length beyond what is there or beyond
+ * MDTS, a descriptor of another type or subtype; in-capsule data for a command that moves none
+ * to the controller is Invalid Field, as the kernel's nvmet answers (a capsule carries data one
+ * way only: a response capsule is the CQE, IORCSZ 1).  Whether the length is the command's own
+ * is the command's check. */
+static uint16_t parse_sgl(struct nvmet_req *r, const uint8_t *capsule, uint32_t icd_len)
 {
 	const struct nvme_sgl *sgl = &r->cmd.sgl;
 	unsigned type = sgl->type >> 4, subtype = sgl->type & 0xf;
@@ -312,6 +363,11 @@ static uint16_t parse_sgl(struct nvmet_req *r, uint32_t icd_len)
 			return NVME_SC_SGL_INVALID_OFFSET | NVME_STATUS_DNR;
 		if (len > icd_len - addr)
 			return NVME_SC_SGL_INVALID_LENGTH | NVME_STATUS_DNR;
+		if (len && !host_to_ctrl(&r->cmd))
+			return NVME_SC_INVALID_FIELD | NVME_STATUS_DNR;
+		r->rlen = len;
+		if (len)
+			r->icd = capsule + NVME_SQE_SIZE + addr;
 		return 0;
 	}
 	return NVME_SC_SGL_INVALID_TYPE | NVME_STATUS_DNR;
@@ -322,7 +378,6 @@ static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 	struct nvmet_req *r;
 	uint32_t icd_len;
 	uint16_t st;
-	int rc;
 
 	if (i >= nq->depth)
 		return 0;
@@ -335,25 +390,29 @@ static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 		nq_fail(nq, "no free request slot");
 		return 0;
 	}
-	memcpy(&r->cmd, nq->recv_bufs + (size_t)i * NVME_SQE_SIZE, NVME_SQE_SIZE);
-	/* the receive buffer is free again: post it before running the command */
-	rc = post_recv(nq, i);
-	if (rc < 0 && rc != -ENOTCONN) {
-		req_put(r);
-		nq_fail(nq, "cannot repost a receive");
-		return 0;
-	}
+	memcpy(&r->cmd, recv_buf(nq, i), NVME_SQE_SIZE);
 	if (++nq->sqhd == nq->depth)
 		nq->sqhd = 0;
 	g_stats.cmds++;
+	/* what came after the SQE: never more than the receive holds, but say so */
 	icd_len = len - NVME_SQE_SIZE;
-	if (icd_len > nvmet_icd_size)
-		icd_len = nvmet_icd_size;
-	if ((st = parse_sgl(r, icd_len)) != 0) {
-		nvmet_complete(r, st, 0);
+	if (icd_len > nq->icd)
+		icd_len = nq->icd;
+	st = parse_sgl(r, recv_buf(nq, i), icd_len);
+	/* the receive buffer is free again unless the command's data is in it: post it before
+	 * running the command; else the request holds it until the data is taken (nvmet_fetch) or
+	 * the command answered, and at the latest until it is run */
+	r->recv = (int32_t)i;
+	if (!r->icd && recv_release(r) < 0) {
+		req_put(r);
 		return 0;
 	}
-	nvmet_exec(r);
+	if (st != 0)
+		nvmet_complete(r, st, 0);
+	else
+		nvmet_exec(r);
+	if (r->busy && r->recv >= 0)
+		recv_release(r);
 	return 0;
 }
 
@@ -482,7 +541,7 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (g_opts.max_reads && g_opts.max_reads < nq->rd_max)
 		nq->rd_max = g_opts.max_reads;
 	VLOG("queue %u (qid %u): at most %u RDMA READs in flight", nq->serial, nq->qid, nq->rd_max);
-	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * NVME_SQE_SIZE,
+	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * (NVME_SQE_SIZE + nq->icd),
 				 QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, nq->rsps, (size_t)nq->nreqs * sizeof(*nq->rsps), 0, &nq->rsp_mr)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, nq->bufs, (size_t)nq->nbufs * NVMET_BUF_SIZE,
