@@ -24,6 +24,7 @@ struct qsm_pool *g_ns_pool;
 #define NSLOTS 8                /* capsules a test host has in flight at most */
 #define NHOSTS 16
 #define IOBUF (16u << 10)       /* a test host's buffer for I/O data */
+#define CAPSULE (NVME_SQE_SIZE + NVMET_ICD_MAX + 16)   /* a capsule a test host may send */
 
 /*
  * Failure injection at the library's door: the test links with --wrap=qsm_conn_accept and
@@ -35,6 +36,49 @@ int __real_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len);
 int __real_qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len);
 int __wrap_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len);
 int __wrap_qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len);
+
+/* And --wrap=qsm_conn_post_read, _recv, _send: the RDMA READs the target posts, counted, and the
+ * order of its receives ('r') and sends ('s'), logged. */
+static struct qsm_ctx *tctx;
+static unsigned reads_posted;
+static char posts[64];
+static unsigned nposts;
+int __real_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      uint64_t raddr, uint32_t rkey, unsigned flags);
+int __wrap_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      uint64_t raddr, uint32_t rkey, unsigned flags);
+int __real_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n);
+int __wrap_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n);
+int __real_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      unsigned flags);
+int __wrap_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      unsigned flags);
+
+int __wrap_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      uint64_t raddr, uint32_t rkey, unsigned flags)
+{
+	reads_posted++;
+	return __real_qsm_conn_post_read(q, wr_id, sg, n, raddr, rkey, flags);
+}
+
+static void post_logged(struct qsm_conn *q, char what)
+{
+	if (qsm_conn_ctx(q) == tctx && nposts < sizeof(posts) - 1)
+		posts[nposts++] = what;
+}
+
+int __wrap_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n)
+{
+	post_logged(q, 'r');
+	return __real_qsm_conn_post_recv(q, wr_id, sg, n);
+}
+
+int __wrap_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
+			      unsigned flags)
+{
+	post_logged(q, 's');
+	return __real_qsm_conn_post_send(q, wr_id, sg, n, flags);
+}
 
 int __wrap_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
 {
@@ -56,7 +100,7 @@ int __wrap_qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len)
 
 struct host {
 	struct qsm_conn *q;
-	struct nvme_sqe sqe[NSLOTS];
+	uint8_t sqe[NSLOTS][CAPSULE];            /* command capsules: the SQE, in-capsule data */
 	struct nvme_cqe cqe[NSLOTS];             /* receive buffers for responses */
 	struct nvmf_connect_data data;           /* the Connect data the target RDMA READs */
 	uint8_t io[IOBUF];                       /* I/O data, both ways */
@@ -69,7 +113,7 @@ struct host {
 };
 
 static struct qsm_sim *sim;
-static struct qsm_ctx *tctx, *hctx;          /* target, host */
+static struct qsm_ctx *hctx;                 /* the host's; the target's is tctx */
 static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000, .now_ns = 1000 * HARNESS_MS };
 static struct sockaddr_in addr;
 static struct host hosts[NHOSTS];
@@ -191,13 +235,23 @@ static struct host *host_up(unsigned i, uint16_t qid, uint16_t hsqsize)
 	return h;
 }
 
-static void host_send(struct host *h, const void *sqe)
+/* Sends a capsule: the SQE, then len bytes of in-capsule data (none: len 0). */
+static void host_send_capsule(struct host *h, const void *sqe, const void *data, uint32_t len)
 {
 	unsigned slot = h->nsent++ % NSLOTS;
-	struct qsm_sge s = { (uintptr_t)&h->sqe[slot], NVME_SQE_SIZE, qsm_mr_lkey(h->sqe_mr) };
+	struct qsm_sge s = { (uintptr_t)h->sqe[slot], NVME_SQE_SIZE + len, qsm_mr_lkey(h->sqe_mr) };
 
-	memcpy(&h->sqe[slot], sqe, NVME_SQE_SIZE);
-	ck_assert_int_eq(qsm_conn_post_send(h->q, 100 + slot, &s, 1, 0), 0);
+	ck_assert_uint_le(NVME_SQE_SIZE + len, CAPSULE);
+	memcpy(h->sqe[slot], sqe, NVME_SQE_SIZE);
+	if (len)
+		memcpy(h->sqe[slot] + NVME_SQE_SIZE, data, len);
+	/* signaled: a test may send more capsules than the send queue holds, over time */
+	ck_assert_int_eq(qsm_conn_post_send(h->q, 100 + slot, &s, 1, QSM_POST_SIGNALED), 0);
+}
+
+static void host_send(struct host *h, const void *sqe)
+{
+	host_send_capsule(h, sqe, NULL, 0);
 }
 
 /* A Fabrics Connect for qid (cntlid 0xffff: any, for the admin queue), its data in h->data. */
@@ -372,9 +426,11 @@ static void setup(void)
 	memset(&g_stats, 0, sizeof(g_stats));
 	memset(hosts, 0, sizeof(hosts));
 	accept_fails = reject_fails = 0;
+	reads_posted = 0;
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420,
 		.subnqn = "nqn.2024-01.io.rdma-qsm:check", .ns_size = NS_SIZE, .max_io_queues = 4,
-		.max_ctrls = 4, .max_ctrl_cmds = 1024, .max_ctrl_data = 128u << 20, .family = AF_INET };
+		.max_ctrls = 4, .max_ctrl_cmds = 1024, .max_ctrl_data = 128u << 20,
+		.icd_size = NVMET_ICD_DEFAULT, .family = AF_INET };
 	ck_assert_ptr_nonnull(g_ns = calloc(1, NS_SIZE));
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
@@ -714,9 +770,10 @@ START_TEST(test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_l
 }
 END_TEST
 
-/* In-capsule data: this target takes none (IOCCSZ is the SQE), so a data block descriptor with
- * an offset beyond the capsule's data is SGL Offset Invalid, one with a length beyond it Data
- * SGL Length Invalid, and one naming nothing is a command with no data. */
+/* A capsule that is the SQE alone (what a host sends but for a small write): a data block
+ * descriptor with an offset beyond the capsule's data is SGL Offset Invalid, one with a length
+ * beyond it Data SGL Length Invalid, whatever -I offers; one naming nothing is a command with no
+ * data. */
 START_TEST(test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid)
 {
 	struct host *a, *io = host_io_up(&a);
@@ -734,6 +791,239 @@ START_TEST(test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid)
 	sgl_in_capsule(&c[3], 0, 0);
 	host_expect(io, c, st, 4);
 	ck_assert_uint_eq(g_stats.writes, 0);
+}
+END_TEST
+
+/* ---- in-capsule data (-I): a small write's data in its command capsule ---- */
+
+/* A Write of nlb blocks at slba whose SGL is a data block at offset off into the capsule, of len
+ * bytes; its capsule is sent with the cap bytes of data (the SGL and the capsule may disagree). */
+static void host_send_icd_write(struct host *h, uint16_t cid, uint64_t slba, uint32_t nlb,
+				uint64_t off, uint32_t len, const uint8_t *data, uint32_t cap)
+{
+	struct nvme_sqe s = rw_capsule(h, NVME_CMD_WRITE, cid, slba, nlb, 0);
+
+	sgl_in_capsule(&s, off, len);
+	host_send_capsule(h, &s, data, cap);
+}
+
+/* Identify Controller on admin queue a, its page into a->io. */
+static const uint8_t *host_identify_ctrl(struct host *a, uint16_t cid)
+{
+	struct nvme_sqe s = sqe_of(NVME_ADMIN_IDENTIFY, cid);
+
+	s.cdw10 = htole32(NVME_ID_CNS_CTRL);
+	sgl_keyed(a, &s, NVMET_BUF_SIZE);
+	ck_assert_int_eq(host_ask(a, &s, cid, NULL), NVME_SC_SUCCESS);
+	return a->io;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed + i * 7);
+}
+
+/* Identify Controller offers -I to the host: IOCCSZ = (64 + ICD) / 16, IORCSZ 1 (the CQE),
+ * ICDOFF 0, and SGLS bit 20 (a data block's address as an offset), without which the kernel
+ * host sends no in-capsule data; a discovery controller has no I/O queues and offers none. */
+START_TEST(test_identify_reports_the_in_capsule_data_size_in_ioccsz)
+{
+	struct host *a, *d;
+	const uint8_t *id;
+	struct nvmf_connect_cmd c;
+
+	g_opts.icd_size = 8192;
+	host_admin_up(0, &a, 1);
+	id = host_identify_ctrl(a, 10);
+	ck_assert_uint_eq(get_le32b(id + 1792), (64 + 8192) / 16);
+	ck_assert_uint_eq(get_le32b(id + 1796), 1);
+	ck_assert_uint_eq(id[1800] | id[1801] << 8, 0);
+	ck_assert_uint_eq(get_le32b(id + 536), 1u << 0 | 1u << 2 | 1u << 20);
+
+	d = host_up(1, 0, NVMET_AQ_DEPTH - 1);
+	c = connect_capsule(d, 1, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	snprintf(d->data.subsysnqn, sizeof(d->data.subsysnqn), "%s", NVME_DISC_SUBSYS_NAME);
+	ck_assert_int_eq(host_ask(d, &c, 1, NULL), NVME_SC_SUCCESS);
+	id = host_identify_ctrl(d, 2);
+	ck_assert_uint_eq(get_le32b(id + 1792), 64 / 16);
+	ck_assert_uint_eq(get_le32b(id + 536), 1u << 0 | 1u << 2);
+}
+END_TEST
+
+/* A write whose data is in its capsule: the target takes it from there, posts no RDMA READ,
+ * posts the receive again before the response, and the data is in the namespace and reads back; so is an I/O queue's Connect, whose 1024 bytes
+ * the kernel host sends in the capsule once IOCCSZ has room. */
+START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read)
+{
+	struct host *a, *io;
+	uint16_t cntlid = host_admin_up(0, &a, 1);
+	uint8_t data[NVMET_ICD_DEFAULT];
+	struct nvmf_connect_cmd c;
+	struct nvme_sqe s;
+
+	io = host_up(1, 1, 15);
+	c = connect_capsule(io, 1, 1, 15, cntlid);
+	sgl_in_capsule((struct nvme_sqe *)(void *)&c, 0, sizeof(io->data));
+	reads_posted = 0;
+	host_send_capsule(io, &c, &io->data, sizeof(io->data));
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
+
+	fill(data, sizeof(data), 1);
+	memset(posts, 0, sizeof(posts));
+	nposts = 0;
+	host_send_icd_write(io, 10, 40, 8, 0, sizeof(data), data, sizeof(data));
+	pump();
+	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
+	/* the receive the data came in is posted again before the response that frees the host
+	 * to send its next capsule */
+	ck_assert_str_eq(posts, "rs");
+	ck_assert_uint_eq(reads_posted, 0);
+	ck_assert_uint_eq(g_stats.in_capsule, 2);
+	ck_assert_uint_eq(g_stats.writes, 1);
+	ck_assert_mem_eq(g_ns + (40 << NVMET_LBA_SHIFT), data, sizeof(data));
+
+	memset(io->io, 0, sizeof(data));
+	s = rw_capsule(io, NVME_CMD_READ, 11, 40, 8, sizeof(data));
+	ck_assert_int_eq(host_ask(io, &s, 11, NULL), NVME_SC_SUCCESS);
+	ck_assert_mem_eq(io->io, data, sizeof(data));
+}
+END_TEST
+
+/* The edges of -I (1024 here): exactly ICD bytes land; a block at an offset within the data
+ * lands from there; an offset at the end with a block after it is Data SGL Length Invalid, one
+ * past the end SGL Offset Invalid; a block more than ICD is Data SGL Length Invalid, and so is
+ * an SGL unlike the command's transfer; in-capsule data for a Read or a Flush (no data to the
+ * controller) is Invalid Field, as the kernel's nvmet answers, and so is none of it a READ.  A
+ * capsule longer than IOCCSZ fits no receive: the queue ends (no status can answer it). */
+START_TEST(test_in_capsule_data_at_the_edges_of_icd)
+{
+	struct host *a, *io;
+	uint8_t data[1024 + 16];
+	struct nvme_sqe s;
+	const int st[8] = { NVME_SC_SUCCESS, NVME_SC_SUCCESS, NVME_SC_SGL_INVALID_LENGTH,
+			    NVME_SC_SGL_INVALID_OFFSET, NVME_SC_SGL_INVALID_LENGTH,
+			    NVME_SC_SGL_INVALID_LENGTH, NVME_SC_INVALID_FIELD, NVME_SC_INVALID_FIELD };
+
+	g_opts.icd_size = 1024;
+	io = host_io_up(&a);
+	reads_posted = 0;
+	fill(data, sizeof(data), 3);
+	host_send_icd_write(io, 10, 0, 2, 0, 1024, data, 1024);
+	host_send_icd_write(io, 11, 8, 1, 512, 512, data, 1024);
+	host_send_icd_write(io, 12, 16, 1, 1024, 512, data, 1024);
+	host_send_icd_write(io, 13, 16, 1, 1040, 512, data, 1024);
+	host_send_icd_write(io, 14, 16, 3, 0, 1536, data, 1024);
+	host_send_icd_write(io, 15, 16, 2, 0, 512, data, 1024);
+	s = rw_capsule(io, NVME_CMD_READ, 16, 16, 1, 0);
+	sgl_in_capsule(&s, 0, 512);
+	host_send_capsule(io, &s, data, 512);
+	s = sqe_of(NVME_CMD_FLUSH, 17);
+	s.nsid = htole32(1);
+	sgl_in_capsule(&s, 0, 16);
+	host_send_capsule(io, &s, data, 16);
+	pump();
+	for (uint16_t i = 0; i < 8; i++)
+		ck_assert_msg(host_status(io, (uint16_t)(10 + i), NULL) == st[i],
+			      "capsule %u: status 0x%03x, expected 0x%03x", i,
+			      host_status(io, (uint16_t)(10 + i), NULL), st[i]);
+	ck_assert_mem_eq(g_ns, data, 1024);
+	ck_assert_mem_eq(g_ns + (8 << NVMET_LBA_SHIFT), data + 512, 512);
+	ck_assert_uint_eq(g_stats.writes, 2);
+	ck_assert_uint_eq(g_stats.in_capsule, 2);
+	ck_assert_uint_eq(reads_posted, 0);
+	ck_assert(io->live);
+
+	host_send_icd_write(io, 20, 0, 2, 0, 1024, data, 1024 + 16);
+	pump();
+	ck_assert(io->lost);
+	ck_assert_int_eq(host_status(io, 20, NULL), -1);
+	ck_assert_uint_eq(g_stats.wc_errors, 1);
+}
+END_TEST
+
+/* The admin queue takes no in-capsule data (its capsule is the SQE, as the NVMe/RDMA host sizes
+ * it): a descriptor naming some is Data SGL Length Invalid, and a capsule that carries some fits
+ * no receive (the queue ends, and its association with it).  -I 0 offers none on I/O queues
+ * either: IOCCSZ is the SQE, SGLS bit 20 clear, a descriptor naming data in the capsule (a
+ * write's, a Connect's) is refused as before, and a keyed write is READ. */
+START_TEST(test_no_in_capsule_data_on_the_admin_queue_nor_with_icd_zero)
+{
+	struct host *a, *io;
+	const uint8_t *id;
+	struct nvme_sqe s;
+	struct nvmf_connect_cmd c;
+
+	io = host_io_up(&a);
+	s = sqe_of(NVME_ADMIN_SET_FEATURES, 10);
+	s.cdw10 = htole32(NVME_FEAT_KATO);
+	sgl_in_capsule(&s, 0, 16);
+	ck_assert_int_eq(host_ask(a, &s, 10, NULL), NVME_SC_SGL_INVALID_LENGTH);
+	host_send_capsule(a, &s, a->io, 16);
+	pump();
+	ck_assert(a->released && io->released);
+	ck_assert_uint_eq(g_stats.wc_errors, 1);
+
+	g_opts.icd_size = 0;
+	io = host_io_up(&a);
+	id = host_identify_ctrl(a, 11);
+	ck_assert_uint_eq(get_le32b(id + 1792), 64 / 16);
+	ck_assert_uint_eq(get_le32b(id + 536), 1u << 0 | 1u << 2);
+	host_send_icd_write(io, 10, 0, 1, 0, 512, NULL, 0);
+	pump();
+	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SGL_INVALID_LENGTH);
+	c = connect_capsule(io, 11, 1, 15, 1);
+	sgl_in_capsule((struct nvme_sqe *)(void *)&c, 0, sizeof(io->data));
+	ck_assert_int_eq(host_ask(io, &c, 11, NULL), NVME_SC_SGL_INVALID_LENGTH);
+	reads_posted = 0;
+	s = rw_capsule(io, NVME_CMD_WRITE, 12, 0, 1, 512);
+	ck_assert_int_eq(host_ask(io, &s, 12, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(reads_posted, 1);
+	ck_assert_uint_eq(g_stats.in_capsule, 0);
+}
+END_TEST
+
+/* In-capsule and keyed writes mixed on one queue with a read window of 1: the in-capsule ones
+ * take no READ slot and wait for none (only the keyed ones behind the first wait), every write
+ * lands, and over more in-capsule writes than the queue has entries (20, 16) every receive a
+ * capsule's data held is posted again (a capsule finding none would end the queue). */
+START_TEST(test_in_capsule_and_keyed_writes_mix_and_in_capsule_ones_take_no_read_slot)
+{
+	struct host *a, *io;
+	uint8_t data[NSLOTS][512];
+	struct nvme_sqe s;
+
+	g_opts.max_reads = 1;
+	io = host_io_up(&a);
+	reads_posted = 0;
+	for (unsigned round = 0; round < 5; round++) {
+		for (unsigned i = 0; i < NSLOTS; i++) {
+			uint16_t cid = (uint16_t)(10 + round * NSLOTS + i);
+
+			fill(data[i], 512, round * 16 + i);
+			if (i % 2) {
+				host_send_icd_write(io, cid, 200 + i, 1, 0, 512, data[i], 512);
+				continue;
+			}
+			memcpy(io->io + i * 512, data[i], 512);
+			s = rw_capsule(io, NVME_CMD_WRITE, cid, 200 + i, 1, 512);
+			s.sgl.addr = htole64((uintptr_t)(io->io + i * 512));
+			host_send(io, &s);
+		}
+		pump();
+		for (unsigned i = 0; i < NSLOTS; i++) {
+			ck_assert_int_eq(host_status(io, (uint16_t)(10 + round * NSLOTS + i), NULL),
+					 NVME_SC_SUCCESS);
+			ck_assert_mem_eq(g_ns + ((200 + i) << NVMET_LBA_SHIFT), data[i], 512);
+		}
+		io->nrsp = 0;
+	}
+	ck_assert(io->live);
+	ck_assert_uint_eq(g_stats.writes, 5 * NSLOTS);
+	ck_assert_uint_eq(g_stats.in_capsule, 5 * NSLOTS / 2);
+	ck_assert_uint_eq(reads_posted, 5 * NSLOTS / 2);
+	ck_assert_uint_eq(g_stats.reads_waited, 5 * (NSLOTS / 2 - 1));
 }
 END_TEST
 
@@ -985,6 +1275,11 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused);
 	tcase_add_test(t, test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_length_invalid);
 	tcase_add_test(t, test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid);
+	tcase_add_test(t, test_identify_reports_the_in_capsule_data_size_in_ioccsz);
+	tcase_add_test(t, test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read);
+	tcase_add_test(t, test_in_capsule_data_at_the_edges_of_icd);
+	tcase_add_test(t, test_no_in_capsule_data_on_the_admin_queue_nor_with_icd_zero);
+	tcase_add_test(t, test_in_capsule_and_keyed_writes_mix_and_in_capsule_ones_take_no_read_slot);
 	tcase_add_test(t, test_lbas_beyond_the_namespace_or_wrapping_are_lba_out_of_range);
 	tcase_add_test(t, test_connect_of_wrong_qid_or_sqsize_is_invalid_parameters_in_the_command);
 	tcase_add_test(t, test_connect_of_unknown_cntlid_or_unterminated_nqn_is_invalid_parameters_in_the_data);
