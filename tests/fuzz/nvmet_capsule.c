@@ -5,11 +5,13 @@
  * another, both on one sim device; the capsules reach on_capsule() as received, so the parsing
  * (flags, DPTR), the Connect (its data read by RDMA from the host) and every command run the
  * target's own path.  The input's first bytes set the target's limits (I/O queues, controllers,
- * commands and data in flight); the rest is a script, one byte an operation (enum op, modulo its
- * count) and the bytes it takes: open a host queue (any qid, any queue size), send a Connect
- * (any qid, sqsize, cntlid, NQNs terminated or not, its data descriptor whole or cut), send a
- * capsule from the input (raw, or its SGL pointed at the host's buffer with a valid key, or
- * that and an opcode the target knows; an SQE, or shorter, or with in-capsule data after it),
+ * commands and data in flight, in-capsule data of 0, 512, 1K or 4K); the rest is a script, one
+ * byte an operation (enum op, modulo its count) and the bytes it takes: open a host queue (any
+ * qid, any queue size), send a Connect (any qid, sqsize, cntlid, NQNs terminated or not, its
+ * data descriptor whole or cut), send a capsule from the input (raw, or its SGL pointed at the
+ * host's buffer with a valid key, or that and an opcode the target knows; or its SGL a data
+ * block at an offset into the capsule, as long as the command's blocks or any length; an SQE,
+ * or shorter, or with in-capsule data after it, up to more than the target's receives hold),
  * enable the controller, ask for I/O queues, dispatch until idle, close a queue, stop taking
  * responses on a queue.  Bytes that run out read as 0.
  *
@@ -17,8 +19,9 @@
  *  - a response names a command its queue sent and not yet answered (one response a command),
  *    its SQID the queue's; its status is one the target gives (a list, below), phase, CRD and
  *    More clear, DNR set on every error but Command Interrupted (which the host retries);
- *  - the target's work requests fail only as a host can make them fail (its keys), never with
- *    a local error: no access out of the target's own registered memory;
+ *  - the target's work requests fail only as a host can make them fail (its keys, a capsule
+ *    longer than that queue's receives: 64 bytes on an admin queue, 64 + ICD on an I/O queue),
+ *    never with another local error: no access out of the target's own registered memory;
  *  - once both sides are idle, every command on a queue still live has its response, but an
  *    Asynchronous Event Request (held while there is nothing to report);
  *  - at the end every host queue is closed: every target queue and controller goes, the
@@ -53,7 +56,8 @@ struct qsm_pool *g_ns_pool;
 #define NSLOTS 8                /* commands a host queue has unanswered at most */
 #define NCIDS 512               /* commands a host queue may send in one input */
 #define IOBUF 8192
-#define CAPSULE_MAX (NVME_SQE_SIZE + 192)   /* what a host may send: more than the target takes */
+#define ICD_MAX 4096            /* the largest -I an input picks */
+#define CAPSULE_MAX (NVME_SQE_SIZE + ICD_MAX + 64)   /* what a host may send: more than the target takes */
 #define NS_SIZE (64u << 10)
 #define SUBNQN "nqn.2024-01.io.rdma-qsm:fuzz"
 #define HOSTNQN "nqn.2014-08.org.nvmexpress:uuid:fuzz-host"
@@ -106,7 +110,7 @@ static struct fq fqs[NQUEUES];
 static unsigned nfq;
 static uint16_t cntlids[4];                 /* the last controllers the target named */
 static unsigned ncntlids;
-static bool long_capsule;                   /* a capsule longer than the target's receives went */
+static bool long_capsule;                   /* a capsule longer than its queue's receives went */
 static bool starved;                        /* a host queue stopped taking responses */
 
 static int fq_post_recv(struct fq *f, unsigned i)
@@ -318,7 +322,7 @@ static void fq_send_capsule(struct fq *f, struct nvme_sqe *c, const uint8_t *icd
 	if (qsm_conn_post_send(f->q, 100 + slot, &sg, 1, 0) == 0) {
 		f->ncids++;
 		f->unanswered++;
-		long_capsule |= len > NVME_SQE_SIZE;
+		long_capsule |= len > NVME_SQE_SIZE + (f->qid ? g_opts.icd_size : 0);
 	}
 }
 
@@ -369,9 +373,10 @@ static void op_connect(struct script *s)
 }
 
 /* 64 bytes of the input as a capsule; mode: raw, its SGL onto the host's buffer (its length
- * the input's, up to the buffer), or that and an opcode of the queue's kind; with bit 6, the
- * capsule's length from the input too (shorter than an SQE, or with in-capsule data from the
- * input after it). */
+ * the input's, up to the buffer), or that and an opcode of the queue's kind; with bit 5, its SGL
+ * a data block at an offset (0..48) into the capsule, of the command's 1..8 blocks or of a length
+ * from the input, and that much data from the input after the SQE; with bit 6, the capsule's
+ * length from the input instead (shorter than an SQE, or up to more than any receive). */
 static void op_capsule(struct script *s)
 {
 	static const uint8_t admin[] = { NVME_ADMIN_IDENTIFY, NVME_ADMIN_GET_LOG_PAGE,
@@ -382,15 +387,23 @@ static void op_capsule(struct script *s)
 	unsigned mode = take(s);
 	struct nvme_sqe c;
 	uint8_t *p = (uint8_t *)&c, icd[CAPSULE_MAX - NVME_SQE_SIZE];
-	unsigned len = NVME_SQE_SIZE;
+	unsigned len = NVME_SQE_SIZE, off = 0, icd_len = 0, b;
 
 	for (unsigned i = 0; i < sizeof(c); i++)
 		p[i] = (uint8_t)take(s);
-	if (mode & 0x40) {
-		len = 1 + take(s) % CAPSULE_MAX;
-		for (unsigned i = NVME_SQE_SIZE; i < len; i++)
-			icd[i - NVME_SQE_SIZE] = (uint8_t)take(s);
+	if (mode & 0x20) {
+		b = take(s);
+		c.cdw12 = htole32(le32toh(c.cdw12) & 7);
+		off = (b & 3) * 16;
+		icd_len = b & 4 ? take(s) | take(s) << 8 : (le32toh(c.cdw12) + 1) << NVMET_LBA_SHIFT;
+		len = NVME_SQE_SIZE + off + icd_len;
 	}
+	if (mode & 0x40)
+		len = 1 + (take(s) | take(s) << 8);
+	if (len > CAPSULE_MAX)
+		len = CAPSULE_MAX;
+	for (unsigned i = NVME_SQE_SIZE; i < len; i++)
+		icd[i - NVME_SQE_SIZE] = (uint8_t)take(s);
 	if (!f)
 		return;
 	if (mode % 3 >= 1)
@@ -399,6 +412,12 @@ static void op_capsule(struct script *s)
 		c.opcode = f->qid ? io[c.opcode % 4] : admin[c.opcode % 8];
 		if (f->qid)
 			c.nsid = htole32(mode & 0x80 ? le32toh(c.nsid) : 1);
+	}
+	if (mode & 0x20) {
+		c.flags = NVME_CMD_PSDT_SGL;
+		c.sgl.addr = htole64(off);
+		memcpy(c.sgl.length, &(uint32_t){ htole32(icd_len) }, 4);
+		c.sgl.type = NVME_SGL_DATA_BLOCK << 4 | NVME_SGL_SUB_OFFSET;
 	}
 	fq_send_capsule(f, &c, icd, len);
 }
@@ -461,6 +480,7 @@ static void world_new(struct script *s)
 {
 	struct qsm_fabric *f;
 	struct qsm_listener *l;
+	static const uint32_t icds[] = { 0, 512, 1024, ICD_MAX };
 	unsigned b = take(s), b2 = take(s);
 
 	memset(&g_stats, 0, sizeof(g_stats));
@@ -472,7 +492,7 @@ static void world_new(struct script *s)
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420, .subnqn = SUBNQN,
 		.ns_size = NS_SIZE, .max_io_queues = 1 + b % 4, .max_ctrls = 1 + (b >> 2) % 3,
 		.max_ctrl_cmds = 1 + b2 % 8, .max_ctrl_data = (1 + (b2 >> 3) % 8) * 2048ull,
-		.family = AF_INET, .verbose = getenv("QSM_FUZZ_TRACE") != NULL };
+		.icd_size = icds[b2 >> 6], .family = AF_INET, .verbose = getenv("QSM_FUZZ_TRACE") != NULL };
 	CHECK((g_ns = calloc(1, NS_SIZE)) != NULL, "namespace");
 	CHECK(qsm_sim_new(&sim) == 0 && qsm_sim_device_add(sim, "sim0", "192.0.2.1") == 0, "sim");
 	CHECK(qsm_sim_fabric_new(sim, &f) == 0 && qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f,
