@@ -54,6 +54,17 @@ drained_ok() {
 	echo "   $(basename "$1"): $d queue(s) drained, $t timeout(s); $(grep -h '^qsm rdmacm:' "$1" | sed 's/^qsm rdmacm: //')"
 	[[ $d == "$2" && $t == 0 ]]
 }
+# LOG: the whole trace of each queue (at most 5) whose last transition did not end in CLOSED, and
+# the log's last lines that are not trace: what a failed run needs to be understood
+unfinished() {
+	echo "   -- $(basename "$1"): queues that did not close"
+	awk '$1 == "qsm" && ($3 == "conn" || $3 == "passive") { last[$4] = $NF }
+		END { for (i in last) if (last[i] != "CLOSED") print i }' "$1" | head -n 5 |
+		while read -r id; do
+			grep -F " $id " "$1" | sed "s/^/   $id: /"
+		done
+	grep -v '^qsm \|ping data' "$1" | tail -n 12 | sed 's/^/   | /'
+}
 export QSM_TRACE=1 QSM_RDMACM_STATS=1   # qsm-ping's transitions and completion statistics
 
 [[ ${QSM_VM:-} == 1 ]] || die "not inside the test VM (run it with tests/vm/run)"
@@ -181,6 +192,7 @@ for side in client server; do
 done
 verdict "qsm-ping x $n connections in parallel, 3 pings each" "$t0" "$bad" \
 	"client exit $crc, server exit $src"
+((bad)) && for f in "$clog" "$slog"; do unfinished "$f"; done
 cp "$tmp"/ping*.log "$out"/ 2>/dev/null
 
 if ((failures)); then
