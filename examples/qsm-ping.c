@@ -39,10 +39,11 @@ enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE };
 struct opts {
 	int server, sim, verbose, validate;
 	unsigned count, size, conns;
+	unsigned attempts;        /* -A: a client's connection attempts before it gives up */
 	const char *addr;
 	const char *dot;          /* -d: the ctx's machines as dot at exit */
 	uint16_t port;
-} o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1 };
+} o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1, .attempts = 10 };
 
 /* Per connection (qsm allocates it: priv_size). */
 struct ping {
@@ -417,14 +418,15 @@ static unsigned parse_size(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-n CONNS] [-d DOTFILE] [-v] [-V]\n"
+		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-A ATTEMPTS] [-C COUNT] [-S SIZE] [-n CONNS] [-d DOTFILE] [-v] [-V]\n"
 		"       qsm-ping --sim [-C COUNT] [-S SIZE] [-n CONNS] [-v]\n"
 		"  -s server, -c client (rping's wire protocol); -n connections (client: parallel,\n"
 		"  server: how many to serve before exiting); -V no data validation; --sim both\n"
 		"  ends in this process on the simulated fabric; -S ping data size, 23..65535\n"
 		"  (rping's range, default 64); -d the ctx's machines as dot to DOTFILE at exit\n"
 		"  (qsm_ctx_write_dot(3): objects by state, edges taken; --sim: the client's ctx).\n"
-		"  QSM_TRACE=1 traces transitions.\n");
+		"  -A: a client's connection attempts (the first included) before it gives up\n"
+		"  (default 10; the backoff starts at 100 ms).  QSM_TRACE=1 traces transitions.\n");
 	exit(2);
 }
 
@@ -436,12 +438,13 @@ int main(int argc, char **argv)
 	struct qsm_sim *sim = NULL;
 	int c, client = 0, r;
 
-	while ((c = getopt_long(argc, argv, "sca:p:C:S:n:d:vV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "sca:p:A:C:S:n:d:vV", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o.server = 1; break;
 		case 'c': client = 1; break;
 		case 'a': o.addr = optarg; break;
 		case 'p': o.port = (uint16_t)atoi(optarg); break;
+		case 'A': o.attempts = (unsigned)atoi(optarg); break;
 		case 'C': o.count = (unsigned)atoi(optarg); break;
 		case 'S': o.size = parse_size(optarg); break;
 		case 'n': o.conns = (unsigned)atoi(optarg); break;
@@ -452,7 +455,7 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (o.size < PING_MIN_SIZE || o.size > PING_MAX_SIZE || o.count < 1 || o.conns < 1 ||
+	if (o.size < PING_MIN_SIZE || o.size > PING_MAX_SIZE || o.count < 1 || o.conns < 1 || o.attempts < 1 ||
 	    (!o.sim && (o.server == client || !o.addr)))
 		usage();
 	if (o.sim) {
@@ -495,7 +498,7 @@ int main(int argc, char **argv)
 
 			r = qsm_conn_new(cc, &(struct qsm_conn_opts){ .cls = &client_class,
 					 .dst = (struct sockaddr *)&ss,
-					 .policy = { .initial_delay_ms = 100, .max_attempts = 10 } }, &q);
+					 .policy = { .initial_delay_ms = 100, .max_attempts = o.attempts } }, &q);
 			if (r < 0 || (r = qsm_conn_connect(q)) < 0)
 				goto fail;
 		}

@@ -121,3 +121,27 @@ vm_wait_listen() {
 	done
 	return 1
 }
+
+# Two guests (tests/vm/run --hosts 2): rendezvous through the directory both mount (QSM_VM_SYNC).
+# vm_post NAME [TEXT]: this host says NAME happened (TEXT for the peer to read with vm_read).
+vm_post() {
+	local tmp="$QSM_VM_SYNC/.$1.$QSM_VM_HOST.$$"
+	printf '%s\n' "${2:-}" >"$tmp" && mv -f "$tmp" "$QSM_VM_SYNC/$1.$QSM_VM_HOST"
+}
+# vm_peer_host: the other guest's name (a or b)
+vm_peer_host() { if [[ $QSM_VM_HOST == a ]]; then echo b; else echo a; fi; }
+# vm_await NAME SECS: wait (bounded) until the peer posted NAME; 1 on timeout.
+vm_await() {
+	local f="$QSM_VM_SYNC/$1.$(vm_peer_host)" end
+	end=$((${EPOCHREALTIME/[.,]/} + $2 * 1000000))
+	until [[ -e $f ]]; do
+		((${EPOCHREALTIME/[.,]/} < end)) || return 1
+		sleep 0.05
+	done
+}
+# vm_read NAME: what the peer posted with NAME
+vm_read() { cat "$QSM_VM_SYNC/$1.$(vm_peer_host)"; }
+# vm_sync NAME SECS: both hosts reach NAME before either goes on; 1 if the peer did not within SECS.
+vm_sync() {
+	vm_post "$1" && vm_await "$1" "$2"
+}

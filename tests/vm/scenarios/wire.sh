@@ -1,0 +1,154 @@
+#!/bin/bash
+# qsm-vm: hosts 2
+# qsm-vm: timeout 400
+# VM scenario on two guests joined by a virtual wire (tests/vm/run --hosts 2): what only a
+# network between two hosts shows, each step's edges asserted from the trace.
+#   1. a serves, b connects across the wire: N connections (default 10) x 3 pings each way, the
+#      data validated, every queue drained, no unexpected event on either host;
+#   2. b connects to a port of a's where nothing listens: the attempt is refused by a's kernel
+#      (RoCE: its CM answers REJ, REJECTED; iWARP: its TCP resets, the connect call fails) and
+#      b's queue gives up after its 2 attempts (GIVE_UP --> FAILED), within seconds;
+#   3. b connects to an address no host has (192.0.2.99, 2001:db8::99): no neighbour answers, so
+#      the address is never resolved (ADDR_ERROR, or the step's timeout), and b gives up.
+# Both hosts run this script; QSM_VM_HOST says which one they are.
+#   tests/vm/run --hosts 2 tests/vm/scenarios/wire.sh [N]
+set -u
+# shellcheck source=tests/vm/lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../lib.sh" || { echo "FAIL: tests/vm/lib.sh not found"; exit 1; }
+
+n=${1:-10}
+bin=./examples/qsm-ping
+me=${QSM_VM_ADDR:-}
+peer=${QSM_VM_PEER:-}
+host=${QSM_VM_HOST:-}
+tmp=${TMPDIR:-/tmp}
+out=${QSM_VM_OUT:-$tmp}
+failures=0
+export QSM_TRACE=1 QSM_RDMACM_STATS=1
+
+step() { echo "== $*"; }
+usec() { echo "${EPOCHREALTIME/[.,]/}"; }
+ms_since() { echo $((($(usec) - $1) / 1000)); }
+die() {
+	echo "FAIL: $*"
+	exit 1
+}
+bad() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+# expect LOG PATTERN WHAT: the trace shows PATTERN (an edge, grep -E), else a failure
+expect() {
+	local m
+	m=$(grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$1" | grep -E -- "$2" | sort | uniq -c)
+	if [[ -n $m ]]; then
+		echo "   asserted: $3:"
+		echo "$m" | sed 's/^ */      /; s/^\(      [0-9]*\) /\1 x /'
+	else
+		bad "$(basename "$1"): no $3 (/$2/)"
+	fi
+}
+
+[[ ${QSM_VM:-} == 1 ]] || die "not inside the test VM (run it with tests/vm/run --hosts 2)"
+[[ -n $host && -n $peer && -n ${QSM_VM_SYNC:-} ]] || die "two hosts only: tests/vm/run --hosts 2"
+[[ -x $bin ]] || die "$bin not found (make, from the top of the build tree)"
+echo "host $host: $me on ${QSM_VM_NETDEV:-?} (${QSM_VM_DEV:-?}), peer $peer"
+
+# ---- 0. the wire ------------------------------------------------------------------------------
+vm_sync up 120 || die "the peer never came up (120 s)"
+step "0: the wire: ping $peer"
+busybox ping -c 3 -W 2 "$peer" | tail -n 2 | sed 's/^/   /'
+[[ ${PIPESTATUS[0]} == 0 ]] || die "no IP path to the peer over the wire"
+
+# ---- 1. connections across the wire -------------------------------------------------------------
+port=7300
+if [[ $host == a ]]; then
+	step "1: a serves $n connections on $me port $port"
+	slog=$tmp/wire1-server.log
+	t0=$(usec)
+	timeout -s KILL 150 "$bin" -s -a "$me" -p $port -n "$n" -d "$out/wire-server.dot" >"$slog" 2>&1 &
+	spid=$!
+	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; going on)"
+	vm_post listening1
+	vm_wait_bounded "$spid" 140
+	src=$?
+	grep -v '^qsm ' "$slog" | sed 's/^/   server: /'
+	echo "   server exit $src ($(ms_since "$t0") ms)"
+	[[ $src == 0 ]] || bad "the server exited $src"
+	grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || bad "the server did not serve $n connections cleanly"
+	grep -q 'unexpected 0,' "$slog" || bad "the server saw an unexpected event"
+	expect "$slog" "NEW --CONNECT_REQUEST--> REQUESTED" "a connection request from the peer"
+	expect "$slog" "ACCEPTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
+	expect "$slog" "LIVE --DISCONNECTED--> DRAINING" "the peer's disconnect (DREQ or stream end) received"
+	d=$(grep -c -- '--DRAINED--> CLOSED' "$slog")
+	[[ $d == "$n" ]] || bad "the server drained $d queues of $n"
+	echo "   $d queue(s) drained; $(grep -h '^qsm rdmacm: posts' "$slog" | sed 's/^qsm rdmacm: //')"
+else
+	step "1: b connects $n queues to $peer port $port, 3 pings each"
+	clog=$tmp/wire1-client.log
+	vm_await listening1 60 || die "a never listened"
+	t0=$(usec)
+	timeout -s KILL 120 "$bin" -c -v -a "$peer" -p $port -n "$n" -C 3 -d "$out/wire-client.dot" >"$clog" 2>&1
+	crc=$?
+	grep -v '^qsm \|ping data' "$clog" | sed 's/^/   client: /'
+	echo "   client exit $crc ($(ms_since "$t0") ms), pings $(grep -c '^ping data: rdma-ping-' "$clog")"
+	[[ $crc == 0 ]] || bad "the client exited $crc"
+	grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || bad "the client's $n connections did not all succeed"
+	grep -q 'unexpected 0,' "$clog" || bad "the client saw an unexpected event"
+	[[ $(grep -c '^ping data: rdma-ping-' "$clog") == $((3 * n)) ]] || bad "pings: expected $((3 * n))"
+	expect "$clog" "ADDR_RESOLVING --ADDR_RESOLVED--> ROUTE_RESOLVING" "the peer's address resolved (ARP/ND on the wire)"
+	expect "$clog" "CONNECTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
+	expect "$clog" "LIVE --DISCONNECT--> DISCONNECTING" "its own disconnect"
+	d=$(grep -c -- '--DRAINED--> CLOSED' "$clog")
+	[[ $d == "$n" ]] || bad "the client drained $d queues of $n"
+fi
+vm_sync done1 150 || bad "the peer did not finish step 1"
+
+# give_up LOG SECS ADDR PORT: b's client connects to ADDR PORT (2 attempts) and must give up:
+# exit 1, no unexpected event, the trace shown; el = its wall time in ms
+give_up() {
+	local t0 crc
+	t0=$(usec)
+	timeout -s KILL "$2" "$bin" -c -a "$3" -p "$4" -A 2 -C 1 >"$1" 2>&1
+	crc=$?
+	el=$(ms_since "$t0")
+	grep -E -- '-->' "$1" | sed 's/^/   /'
+	echo "   client exit $crc after $el ms: $(grep -h 'giving up\|connection(s)' "$1" | tr '\n' ' ')"
+	[[ $crc == 1 ]] || bad "the client exited $crc, expected 1 (gave up)"
+	grep -q 'unexpected 0,' "$1" || bad "an unexpected event"
+	expect "$1" "--GIVE_UP[^>]*--> FAILED" "giving up after its attempts"
+}
+
+# ---- 2. no listener on the peer ----------------------------------------------------------------
+if [[ $host == b ]]; then
+	step "2: b connects to $peer port 7399, where nothing listens (2 attempts)"
+	clog=$tmp/wire2-client.log
+	give_up "$clog" 60 "$peer" 7399
+	if [[ ${QSM_VM_TRANSPORT:-rxe} == siw ]]; then
+		# iWARP: the TCP connect inside rdma_connect is refused: the call fails
+		expect "$clog" "CONNECTING --(CONNECT_ERROR|REJECTED)[^>]*--> RECONNECT_WAIT" "the refused connect"
+	else
+		expect "$clog" "CONNECTING --REJECTED[^>]*--> RECONNECT_WAIT" "REJECTED by the peer's CM (no listener)"
+	fi
+	((el < 20000)) || bad "giving up took $el ms (a refusal is immediate; 2 attempts, 100 ms apart)"
+fi
+vm_sync done2 90 || bad "the peer did not finish step 2"
+
+# ---- 3. an address no host has -----------------------------------------------------------------------
+if [[ $host == b ]]; then
+	nobody=192.0.2.99
+	[[ $me == *:* ]] && nobody=2001:db8::99
+	step "3: b connects to $nobody, which no host has (2 attempts)"
+	clog=$tmp/wire3-client.log
+	give_up "$clog" 90 "$nobody" 7300
+	expect "$clog" "ADDR_RESOLVING --(ADDR_ERROR|TIMEOUT)[^>]*--> RECONNECT_WAIT" "the address never resolved"
+	! grep -q -- "--ADDR_RESOLVED-->" "$clog" || bad "an address no host has was resolved"
+fi
+vm_sync done3 120 || bad "the peer did not finish step 3"
+
+cp "$tmp"/wire*.log "$out"/ 2>/dev/null
+if ((failures)); then
+	echo "FAIL: host $host: $failures check(s) failed"
+	exit 1
+fi
+echo "PASS: host $host: every wire check"
