@@ -3,7 +3,7 @@
  * RAM-backed namespace to the Linux kernel's nvme-rdma host.
  *
  *   qsm-nvmet -a 192.0.2.1 [-p 4420] [-n NQN] [-s 64M] [-q IOQUEUES] [-c CTRLS]
- *             [-R CMDS] [-M SIZE] [-D READS] [-I ICD] [-v]
+ *             [-R CMDS] [-M SIZE] [-D READS] [-I ICD] [-P] [-v]
  *
  * What a remote host can make it allocate is bounded: CTRLS controllers (default 16), each
  * with IOQUEUES I/O queues (default 8); a connection request beyond is rejected before
@@ -53,7 +53,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
 		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-I ICD[K]]\n"
-		"                 [-d DOTFILE] [-v]\n"
+		"                 [-d DOTFILE] [-P] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
@@ -68,7 +68,9 @@ static void usage(void)
 		"  a write that small with its command, no RDMA READ (each I/O queue receives into\n"
 		"  depth x (64 + ICD) bytes).  QSM_TRACE=1 traces every transition.\n"
 		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
-		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n");
+		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n"
+		"  -P: poll mode: the loop never sleeps (epoll_wait with no timeout, dispatch again at\n"
+		"  once), as a storage target's poll-mode reactor: no interrupt, a core busy.\n");
 	exit(2);
 }
 
@@ -88,6 +90,7 @@ static uint64_t parse_size(const char *s)
 }
 
 static const char *g_dot;   /* -d: where the live picture goes */
+static int g_poll;           /* -P: never sleep in epoll_wait */
 
 /* The live picture, to -d's file (replaced whole: a reader never sees half of one). */
 static void write_picture(struct qsm_ctx *ctx)
@@ -145,7 +148,7 @@ int main(int argc, char **argv)
 	uint64_t icd;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:d:vh")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:d:Pvh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -167,6 +170,7 @@ int main(int argc, char **argv)
 			g_opts.icd_size = (uint32_t)icd;
 			break;
 		case 'd': g_dot = optarg; break;
+		case 'P': g_poll = 1; break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
 		}
@@ -241,6 +245,8 @@ int main(int argc, char **argv)
 
 		if (wait < 0 || wait > 1000)
 			wait = 1000;
+		if (g_poll)
+			wait = 0;
 		n = epoll_wait(ep, evs, 4, wait);
 		if (n < 0 && errno != EINTR) {
 			perror("qsm-nvmet: epoll_wait");

@@ -19,82 +19,13 @@ removal=${1:-removal}
 bin=${2:-./examples/nvmet/qsm-nvmet}
 port=4420
 nqn=nqn.2024-01.io.rdma-qsm:nvmet-vm
-hostnqn=nqn.2014-08.org.nvmexpress:uuid:5a1c0de0-0000-4000-8000-00000000c0de
-hostid=5a1c0de0-0000-4000-8000-00000000c0de
 tlog=$out/nvmet.log
 tmp=${TMPDIR:-/tmp}
-tpid=
+# shellcheck source=tests/vm/nvme-lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../nvme-lib.sh" || { echo "FAIL: tests/vm/nvme-lib.sh not found"; exit 1; }
 
-step() { echo "== $*"; }
-usec() { echo "${EPOCHREALTIME/[.,]/}"; }
-ms_since() { echo $((($(usec) - $1) / 1000)); }
-diag() {
-	echo "== target log (tail)"
-	tail -n 40 "$tlog" 2>/dev/null
-	echo "== dmesg (tail)"
-	dmesg | tail -n 40
-}
-fail() {
-	echo "FAIL: $*"
-	diag
-	[[ -n $tpid ]] && kill -TERM "$tpid" 2>/dev/null
-	exit 1
-}
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.2 s, bounded by the wall clock.
-wait_for() {
-	local end=$(($(usec) + $1 * 1000000))
-	shift
-	while (($(usec) < end)); do
-		"$@" && return 0
-		sleep 0.2
-	done
-	"$@"
-}
-dev_active() {
-	rdma link show "$dev/1" 2>/dev/null | grep -q 'state ACTIVE' && compgen -G '/dev/infiniband/uverbs*' >/dev/null
-}
-target_says() { grep -q -- "$1" "$tlog"; }
-# the controller of our subsystem: nvmeN, and its namespace block device
-ctrl_of_nqn() {
-	local c
-	for c in /sys/class/nvme/nvme*; do
-		[[ -e $c/subsysnqn && $(<"$c/subsysnqn") == "$nqn" ]] && { basename "$c"; return 0; }
-	done
-	return 1
-}
-find_ns() {
-	local c b
-	c=$(ctrl_of_nqn) || return 1
-	for b in /sys/block/nvme*; do
-		[[ -e $b/device && $(basename "$(readlink -f "$b/device")") == "$c" ]] && { ns=/dev/$(basename "$b"); [[ -b $ns ]] && return 0; }
-		# multipath heads: nvmeXcYnZ hidden, nvmeXnZ on the subsystem
-		[[ -e $b/device/subsysnqn && $(<"$b/device/subsysnqn") == "$nqn" ]] && { ns=/dev/$(basename "$b"); [[ -b $ns ]] && return 0; }
-	done
-	return 1
-}
-all_freed() { [[ $(grep -c "controller .* freed" "$tlog") -ge $(grep -c "(admin queue" "$tlog") ]]; }
-
-[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run)"
-[[ -x $bin ]] || fail "$bin not found or not executable (make, from the top of the build tree)"
-for t in nvme rdma dd cmp timeout; do
-	command -v "$t" >/dev/null || fail "$t not installed"
-done
-
-step "kernel NVMe-oF host modules"
-for m in nvme_fabrics nvme_rdma; do
-	if [[ ! -d /sys/module/$m ]]; then
-		timeout 20 modprobe "$m" || fail "cannot load $m"
-	fi
-done
-ls -d /sys/module/nvme_rdma /sys/module/nvme_fabrics || fail "nvme-rdma not loaded"
-[[ -c /dev/nvme-fabrics ]] || fail "/dev/nvme-fabrics missing"
-wait_for 10 dev_active || fail "$dev is not ACTIVE"
-
-step "target: $bin -a $addr -p $port -n $nqn -s 64M -v"
-"$bin" -a "$addr" -p "$port" -n "$nqn" -s 64M -v >"$tlog" 2>&1 &
-tpid=$!
-wait_for 10 target_says "listening on" || fail "the target is not listening"
-head -n 1 "$tlog" | sed 's/^/   /'
+nvme_host_ready dd cmp
+target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -v
 
 step "nvme discover -t rdma -a $addr -s $port"
 t0=$(usec)
@@ -107,18 +38,8 @@ grep -q "subnqn: *$nqn" "$tmp/discover.log" || fail "the discovery log does not 
 grep -q "traddr: *$addr" "$tmp/discover.log" || fail "the discovery log does not list $addr"
 echo "   ok: $nqn listed ($(ms_since "$t0") ms)"
 
-step "nvme connect -t rdma -n $nqn -a $addr -s $port"
-t0=$(usec)
-timeout 60 nvme connect -t rdma -n "$nqn" -a "$addr" -s "$port" --hostnqn="$hostnqn" \
-	--hostid="$hostid" --reconnect-delay=1 --ctrl-loss-tmo=60 >"$tmp/connect.log" 2>&1
-rc=$?
-sed 's/^/   /' "$tmp/connect.log"
-[[ $rc == 0 ]] || fail "nvme connect exited $rc"
-ns=
-wait_for 20 find_ns || fail "no namespace block device for $nqn"
-ctrl=$(ctrl_of_nqn)
+nvme_connect "$nqn" "$port" --reconnect-delay=1 --ctrl-loss-tmo=60
 size=$(blockdev --getsize64 "$ns")
-echo "   ok: $ctrl, namespace $ns, $size bytes ($(ms_since "$t0") ms)"
 [[ $size == $((64 << 20)) ]] || fail "$ns has $size bytes, expected 64 MiB"
 nvme list 2>/dev/null | sed 's/^/   /'
 
@@ -191,25 +112,6 @@ if [[ $removal == removal ]]; then
 	io_roundtrip after-reconnect 32
 fi
 
-step "nvme disconnect -n $nqn"
-timeout 60 nvme disconnect -n "$nqn" >"$tmp/disconnect.log" 2>&1
-rc=$?
-sed 's/^/   /' "$tmp/disconnect.log"
-[[ $rc == 0 ]] || fail "nvme disconnect exited $rc"
-grep -q "disconnected 1 controller" "$tmp/disconnect.log" || fail "nvme disconnect disconnected no controller"
-ctrl_of_nqn >/dev/null && fail "controller still present after disconnect"
-wait_for 10 all_freed || fail "the target did not free every controller"
-
-step "target: stop (SIGTERM), counters"
-kill -TERM "$tpid"
-end=$(($(usec) + 10000000))
-while kill -0 "$tpid" 2>/dev/null && (($(usec) < end)); do sleep 0.1; done
-kill -0 "$tpid" 2>/dev/null && fail "the target did not exit within 10 s"
-wait "$tpid"
-trc=$?
-tpid=
-grep -E "controller|counters|stopping|unexpected|error" "$tlog" | sed 's/^/   /'
-[[ $trc == 0 ]] || fail "the target exited $trc"
-grep -q "qsm counters: unexpected 0," "$tlog" || fail "the target counted unexpected events"
-grep -q "wc errors 0, protocol errors 0" "$tlog" || fail "the target counted errors"
+nvme_disconnect "$nqn"
+target_stop
 echo "PASS: nvme discover, connect, 4 MiB dd + cmp$([[ $removal == removal ]] && echo ", device removal + re-add + connect again"), disconnect; no unexpected event"

@@ -1,0 +1,126 @@
+#!/bin/bash
+# qsm-vm: timeout 900
+# qsm-vm: transports rxe (siw: the target's writes stall there, nvmeof.sh; tests/vm/README.md)
+# qsm-vm: families 4 (IPv6: time; nvmeof.sh serves the kernel host over IPv6)
+# VM scenario: examples/nvmet/qsm-nvmet against the Linux kernel's own NVMe-oF target
+# (nvmet-rdma), side by side in one boot, for the same kernel host (nvme-rdma):
+#   qsm:    qsm-nvmet, its namespace 64 MiB of its own anonymous memory (the RDMA moves data
+#           straight into and out of it);
+#   kernel: nvmet-rdma configured through configfs, its namespace a 64 MiB memory-backed
+#           null_blk device (RAM too; the kernel target's bio is copied into null_blk's pages);
+# both listening on the same address and device (ports 4420 and 4421), both connected at once
+# (the kernel host's default queues: one I/O queue per CPU, 128 entries).  fio (libaio,
+# O_DIRECT, 64 MiB span) runs each job on one, then the other, alternating which goes first,
+# ROUNDS (default 2) rounds of SECS (default 4) seconds after a 1 s ramp:
+#   randread / randwrite 4 KiB at iodepth 1 and 32, read / write 128 KiB sequential at iodepth 8.
+# Prints each run's IOPS and, per job, `ratio nvmet_JOB qsm/kernel X.XX` (the means' ratio;
+# design: >= 1.0).  Fails if a job errs on either target, or qsm-nvmet counts an unexpected
+# event or an error.  Figures under TCG compare the two only within one boot.
+#   tests/vm/run --timeout 900 tests/vm/scenarios/nvmet-perf.sh [ROUNDS [SECS [BINARY]]]
+set -u
+
+addr=${QSM_VM_ADDR:-192.0.2.1}
+transport=${QSM_VM_TRANSPORT:-rxe}
+dev=${QSM_VM_DEV:-${transport}0}
+out=${QSM_VM_OUT:-/tmp}
+rounds=${1:-2}
+secs=${2:-4}
+bin=${3:-./examples/nvmet/qsm-nvmet}
+qport=4420
+kport=4421
+nqn=nqn.2024-01.io.rdma-qsm:nvmet-perf
+knqn=nqn.2024-01.io.rdma-qsm:kernel-nvmet
+tlog=$out/nvmet-perf.log
+tmp=${TMPDIR:-/tmp}
+cfg=/sys/kernel/config/nvmet
+nullb=/sys/kernel/config/nullb/qsmperf
+# shellcheck source=tests/vm/nvme-lib.sh
+. "${QSM_VM_SCENARIO_DIR:-$(dirname "$0")}/../nvme-lib.sh" || { echo "FAIL: tests/vm/nvme-lib.sh not found"; exit 1; }
+
+nvme_host_ready fio
+[[ $rounds =~ ^[1-9][0-9]*$ && $secs =~ ^[1-9][0-9]*$ ]] || fail "ROUNDS and SECS: positive integers"
+
+step "kernel target: nvmet-rdma on $addr:$kport, namespace a 64 MiB memory-backed null_blk"
+for m in nvmet nvmet_rdma null_blk; do
+	[[ -d /sys/module/$m ]] || timeout 20 modprobe "$m" || fail "cannot load $m"
+done
+[[ -d $cfg && -d /sys/kernel/config/nullb ]] || fail "no configfs for nvmet or null_blk"
+mkdir "$nullb" || fail "cannot make a null_blk device"
+echo 64 >"$nullb/size" && echo 1 >"$nullb/memory_backed" && echo 512 >"$nullb/blocksize" &&
+	echo 1 >"$nullb/power" || fail "cannot configure the null_blk device"
+# 6.1 names the disk for its configfs directory (null_blk: disk qsmperf created); older, nullbN
+kdev=/dev/qsmperf
+[[ -b $kdev ]] || kdev=/dev/nullb$(<"$nullb/index")
+[[ -b $kdev ]] || fail "no $kdev"
+mkdir "$cfg/subsystems/$knqn" && echo 1 >"$cfg/subsystems/$knqn/attr_allow_any_host" &&
+	mkdir "$cfg/subsystems/$knqn/namespaces/1" &&
+	echo -n "$kdev" >"$cfg/subsystems/$knqn/namespaces/1/device_path" &&
+	echo 1 >"$cfg/subsystems/$knqn/namespaces/1/enable" || fail "cannot make the kernel's subsystem"
+mkdir "$cfg/ports/1" && echo rdma >"$cfg/ports/1/addr_trtype" && echo ipv4 >"$cfg/ports/1/addr_adrfam" &&
+	echo "$addr" >"$cfg/ports/1/addr_traddr" && echo "$kport" >"$cfg/ports/1/addr_trsvcid" &&
+	ln -s "$cfg/subsystems/$knqn" "$cfg/ports/1/subsystems/$knqn" || fail "cannot make the kernel's port"
+kernel_down() {
+	rm -f "$cfg/ports/1/subsystems/$knqn" && rmdir "$cfg/ports/1" &&
+		echo 0 >"$cfg/subsystems/$knqn/namespaces/1/enable" &&
+		rmdir "$cfg/subsystems/$knqn/namespaces/1" "$cfg/subsystems/$knqn" &&
+		echo 0 >"$nullb/power" && rmdir "$nullb"
+}
+
+target_start -a "$addr" -p "$qport" -n "$nqn" -s 64M
+nvme_connect "$nqn" "$qport"
+qns=$ns
+nvme_connect "$knqn" "$kport"
+kns=$ns
+
+# fio_iops DEV RW BS QD: one job's IOPS into iops (terse v3: read IOPS field 8, write IOPS 49)
+fio_iops() {
+	local f=$1 rw=$2 bs=$3 qd=$4 line
+	line=$(timeout $((secs + 30)) fio --name=j --filename="$f" --direct=1 --ioengine=libaio \
+		--rw="$rw" --bs="$bs" --iodepth="$qd" --size=64m --ramp_time=1 --runtime="$secs" \
+		--time_based --norandommap --randrepeat=0 --output-format=terse --terse-version=3 \
+		2>"$tmp/fio.err") || { cat "$tmp/fio.err"; fail "fio $rw $bs qd $qd on $f failed"; }
+	case $rw in
+	randread | read) iops=$(cut -d';' -f8 <<<"$line") ;;
+	*) iops=$(cut -d';' -f49 <<<"$line") ;;
+	esac
+	[[ $(cut -d';' -f5 <<<"$line") == 0 && $iops =~ ^[0-9]+$ && $iops -gt 0 ]] ||
+		fail "fio $rw $bs qd $qd on $f: error or no I/O ($line)"
+}
+
+jobs=(
+	"randread_4k_qd1 randread 4k 1" "randread_4k_qd32 randread 4k 32"
+	"randwrite_4k_qd1 randwrite 4k 1" "randwrite_4k_qd32 randwrite 4k 32"
+	"read_128k_qd8 read 128k 8" "write_128k_qd8 write 128k 8"
+)
+ratios=()
+for j in "${jobs[@]}"; do
+	read -r name rw bs qd <<<"$j"
+	step "$name: fio $rw $bs iodepth $qd, $rounds x ($secs s qsm, $secs s kernel)"
+	qsum=0 ksum=0
+	for ((r = 1; r <= rounds; r++)); do
+		if ((r % 2)); then
+			fio_iops "$qns" "$rw" "$bs" "$qd"
+			q=$iops
+			fio_iops "$kns" "$rw" "$bs" "$qd"
+			k=$iops
+		else
+			fio_iops "$kns" "$rw" "$bs" "$qd"
+			k=$iops
+			fio_iops "$qns" "$rw" "$bs" "$qd"
+			q=$iops
+		fi
+		echo "   round $r: qsm $q IOPS, kernel $k IOPS"
+		qsum=$((qsum + q)) ksum=$((ksum + k))
+	done
+	ratio=$(awk -v a="$qsum" -v b="$ksum" 'BEGIN { printf "%.2f", a / b }')
+	echo "   qsm $((qsum / rounds)) IOPS, kernel $((ksum / rounds)) IOPS (means)"
+	ratios+=("ratio nvmet_$name qsm/kernel $ratio")
+done
+
+nvme_disconnect "$knqn"
+nvme_disconnect "$nqn"
+kernel_down || fail "cannot take the kernel's target down"
+target_stop
+grep -E "RDMA READs that waited" "$tlog" | tail -n 1 | sed 's/.*; RDMA/   RDMA/'
+printf '%s\n' "${ratios[@]}"
+echo "PASS: nvmet-perf: ${#jobs[@]} fio jobs, $rounds rounds each, qsm-nvmet and the kernel's nvmet-rdma in one boot"
