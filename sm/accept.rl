@@ -27,7 +27,7 @@
 	# state ACCEPTING     timeout=connect_ms,after_cm        "QP created, rdma_accept sent"
 	# state CONNECTED     timeout=handshake_ms               "ESTABLISHED; the ULP's handshake runs"
 	# state LIVE          -                                  "the ULP said READY"
-	# state DISCONNECTING timeout=disconnect_ms              "the ULP asked to disconnect; DREQ sent"
+	# state DISCONNECTING timeout=disconnect_ms,after_cm     "the ULP asked to disconnect; DREQ sent"
 	# state DRAINING      timeout=drain_ms,drains            "flushing the QP, then close"
 	# state CLOSED        -                                  "final"
 	include "state_actions.rl";

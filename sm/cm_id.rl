@@ -35,7 +35,7 @@
 	# state CONNECTING      timeout=connect_ms,after_cm "QP created, rdma_connect sent"
 	# state CONNECTED       timeout=handshake_ms    "ESTABLISHED; the ULP's handshake runs"
 	# state LIVE            -                       "the ULP said READY: I/O flows"
-	# state DISCONNECTING   timeout=disconnect_ms   "the ULP asked to disconnect; DREQ sent"
+	# state DISCONNECTING   timeout=disconnect_ms,after_cm "the ULP asked to disconnect; DREQ sent"
 	# state DRAINING        timeout=drain_ms,drains "connection lost; flushing the QP, then reconnect"
 	# state CLOSING         timeout=drain_ms,drains "flushing the QP, then close for good"
 	# state RECONNECT_WAIT  -                       "the gap: no cm_id, no QP; retry timer armed"

@@ -159,7 +159,7 @@ struct qsm_timeouts {
 	uint32_t resolve_ms;        /* addr and route resolution (default 2000) */
 	uint32_t connect_ms;        /* CONNECTING / ACCEPTING (default 5000; never before the CM's own end) */
 	uint32_t handshake_ms;      /* CONNECTED until READY (default 0 = none) */
-	uint32_t disconnect_ms;     /* DISCONNECTING (default 2000) */
+	uint32_t disconnect_ms;     /* DISCONNECTING (default 2000; never before the CM's own end) */
 	uint32_t drain_ms;          /* DRAINING / CLOSING (default 2000) */
 	uint32_t request_ms;        /* passive REQUESTED undecided (default 5000) */
 	uint32_t reserved[2];       /* zero: room for a later field (see "Growing" above) */
