@@ -9,7 +9,9 @@
 #      (RoCE: its CM answers REJ, REJECTED; iWARP: its TCP resets, the connect call fails) and
 #      b's queue gives up after its 2 attempts (GIVE_UP --> FAILED), within seconds;
 #   3. b connects to an address no host has (192.0.2.99, 2001:db8::99): no neighbour answers, so
-#      the address is never resolved (ADDR_ERROR, or the step's timeout), and b gives up.
+#      the address is never resolved (ADDR_ERROR, or the step's timeout), and b gives up;
+#   4. tc netem on both hosts' egress: 1% loss (4 connections x 50 pings), then 10% loss with
+#      50 ms delay and reordering (2 x 10): every ping validated, no queue flaps.
 # Both hosts run this script; QSM_VM_HOST says which one they are.
 #   tests/vm/run --hosts 2 tests/vm/scenarios/wire.sh [N]
 set -u
@@ -25,6 +27,8 @@ tmp=${TMPDIR:-/tmp}
 out=${QSM_VM_OUT:-$tmp}
 failures=0
 export QSM_TRACE=1 QSM_RDMACM_STATS=1
+# qsm-ping's output and its trace share one log: stdbuf -oL keeps its lines whole (a ping's line
+# cut by a trace line is not counted)
 
 step() { echo "== $*"; }
 usec() { echo "${EPOCHREALTIME/[.,]/}"; }
@@ -66,7 +70,7 @@ if [[ $host == a ]]; then
 	step "1: a serves $n connections on $me port $port"
 	slog=$tmp/wire1-server.log
 	t0=$(usec)
-	timeout -s KILL 150 "$bin" -s -a "$me" -p $port -n "$n" -d "$out/wire-server.dot" >"$slog" 2>&1 &
+	timeout -s KILL 150 stdbuf -oL "$bin" -s -a "$me" -p $port -n "$n" -d "$out/wire-server.dot" >"$slog" 2>&1 &
 	spid=$!
 	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; going on)"
 	vm_post listening1
@@ -88,7 +92,7 @@ else
 	clog=$tmp/wire1-client.log
 	vm_await listening1 60 || die "a never listened"
 	t0=$(usec)
-	timeout -s KILL 120 "$bin" -c -v -a "$peer" -p $port -n "$n" -C 3 -d "$out/wire-client.dot" >"$clog" 2>&1
+	timeout -s KILL 120 stdbuf -oL "$bin" -c -v -a "$peer" -p $port -n "$n" -C 3 -d "$out/wire-client.dot" >"$clog" 2>&1
 	crc=$?
 	grep -v '^qsm \|ping data' "$clog" | sed 's/^/   client: /'
 	echo "   client exit $crc ($(ms_since "$t0") ms), pings $(grep -c '^ping data: rdma-ping-' "$clog")"
@@ -109,7 +113,7 @@ vm_sync done1 150 || bad "the peer did not finish step 1"
 give_up() {
 	local t0 crc
 	t0=$(usec)
-	timeout -s KILL "$2" "$bin" -c -a "$3" -p "$4" -A 2 -C 1 >"$1" 2>&1
+	timeout -s KILL "$2" stdbuf -oL "$bin" -c -a "$3" -p "$4" -A 2 -C 1 >"$1" 2>&1
 	crc=$?
 	el=$(ms_since "$t0")
 	grep -E -- '-->' "$1" | sed 's/^/   /'
@@ -145,6 +149,66 @@ if [[ $host == b ]]; then
 	! grep -q -- "--ADDR_RESOLVED-->" "$clog" || bad "an address no host has was resolved"
 fi
 vm_sync done3 120 || bad "the peer did not finish step 3"
+
+# ---- 4. loss, delay and reordering on the wire ---------------------------------------------------
+# lossy NAME NETEM PORT CONNS PINGS: each host's egress through tc netem NETEM; a serves CONNS
+# connections, b pings PINGS times on each, validated: RC retries (rxe) or TCP (siw) absorb the
+# loss, every ping arrives intact and no queue flaps (no DISCONNECTED, no error completion).
+lossy() {
+	local name=$1 netem=$2 port=$3 conns=$4 pings=$5 log rc t0
+	step "$name: netem $netem on both hosts' egress; $conns connections x $pings pings"
+	vm_sync "$name-start" 60 || bad "the peer did not reach $name"
+	# shellcheck disable=SC2086 # netem's words
+	tc qdisc add dev "$QSM_VM_NETDEV" root netem $netem || { bad "tc qdisc add ... netem $netem"; return; }
+	vm_sync "$name-netem" 60 || bad "the peer did not set up netem"
+	log=$tmp/wire-$name-$host.log
+	t0=$(usec)
+	if [[ $host == a ]]; then
+		timeout -s KILL 200 stdbuf -oL "$bin" -s -a "$me" -p "$port" -n "$conns" >"$log" 2>&1 &
+		local spid=$!
+		vm_wait_listen "$port" || echo "   (no LISTEN cm_id seen for port $port; going on)"
+		vm_post "$name-listening"
+		vm_wait_bounded "$spid" 190
+		rc=$?
+	else
+		vm_await "$name-listening" 60 || bad "a never listened"
+		timeout -s KILL 180 stdbuf -oL "$bin" -c -v -a "$peer" -p "$port" -n "$conns" -C "$pings" >"$log" 2>&1
+		rc=$?
+	fi
+	tc -s qdisc show dev "$QSM_VM_NETDEV" | grep -E 'netem|Sent|dropped' | head -n 2 | sed 's/^/   tc: /'
+	tc qdisc del dev "$QSM_VM_NETDEV" root
+	grep -v '^qsm \|ping data' "$log" | sed 's/^/   /'
+	echo "   exit $rc after $(ms_since "$t0") ms"
+	[[ $rc == 0 ]] || bad "$name: exited $rc"
+	grep -q "^qsm-ping: $conns connection(s), 0 failed" "$log" || bad "$name: not every connection succeeded"
+	grep -q 'unexpected 0,' "$log" || bad "$name: an unexpected event"
+	if [[ $host == b ]]; then
+		local got
+		got=$(grep -c '^ping data: rdma-ping-' "$log")
+		[[ $got == $((conns * pings)) ]] || bad "$name: $got pings validated, expected $((conns * pings))"
+		echo "   $got pings validated"
+	fi
+	# no flap: each queue LIVE once, none left LIVE by an error; the client's queues end by their
+	# own disconnect (the server's by the client's, DISCONNECTED)
+	local flap='LIVE --(WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
+	[[ $host == b ]] && flap='LIVE --(DISCONNECTED|WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
+	! grep -Eq -- "$flap" "$log" ||
+		bad "$name: a queue flapped: $(grep -Eo -- "$flap[^>]*-->" "$log" | sort | uniq -c | tr '\n' ' ')"
+	[[ $(grep -c -- '--READY--> LIVE' "$log") == "$conns" ]] ||
+		bad "$name: $(grep -c -- '--READY--> LIVE' "$log") times LIVE for $conns queues"
+	expect "$log" "CONNECTED --READY--> LIVE" "LIVE through the lossy wire, once a queue"
+	# every disconnect reached the peer: the client's DREQ answered (not its timer: a cm_id
+	# destroyed while its DREQ is resent cancels the resends, and the server never hears), the
+	# server's queues each told DISCONNECTED
+	local want='DISCONNECTING --DISCONNECTED--> CLOSING'
+	[[ $host == a ]] && want='LIVE --DISCONNECTED--> DRAINING'
+	[[ $(grep -c -- "$want" "$log") == "$conns" ]] ||
+		bad "$name: $(grep -c -- "$want" "$log") of $conns queues took $want"
+	expect "$log" "$want" "every disconnect through the lossy wire"
+	vm_sync "$name-done" 200 || bad "the peer did not finish $name"
+}
+lossy loss1 "loss 1%" 7310 4 50
+lossy loss10 "loss 10% delay 50ms 10ms reorder 25% 50%" 7311 2 10
 
 cp "$tmp"/wire*.log "$out"/ 2>/dev/null
 if ((failures)); then
