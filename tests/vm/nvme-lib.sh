@@ -136,3 +136,60 @@ target_stop() {
 	grep -q "qsm counters: unexpected 0," "$tlog" || fail "the target counted unexpected events"
 	grep -q "wc errors 0, protocol errors 0" "$tlog" || fail "the target counted errors"
 }
+
+# device_remove: `rdma link delete $dev` under the connected host (bounded: 20 s); the target then
+# holds no device (its counters on SIGUSR1), the host deleted its controller, the target freed it
+device_remove() {
+	local t0 dpid end ncnt
+	step "rdma link delete $dev with the host connected (20 s limit)"
+	t0=$(usec)
+	rdma link delete "$dev" &
+	dpid=$!
+	end=$(($(usec) + 20000000))
+	while kill -0 "$dpid" 2>/dev/null && (($(usec) < end)); do sleep 0.1; done
+	if kill -0 "$dpid" 2>/dev/null; then
+		echo "   rdma link delete still blocked after 20 s; kernel stack:"
+		cat "/proc/$dpid/stack" 2>/dev/null | sed 's/^/   /'
+		fail "rdma link delete blocked (something still holds $dev)"
+	fi
+	wait "$dpid" || fail "rdma link delete exited non-zero"
+	echo "   ok: deleted in $(ms_since "$t0") ms"
+	# the target holds nothing on the device any more (SIGUSR1: it prints its counters)
+	ncnt=$(grep -c "qsm counters:" "$tlog")
+	kill -USR1 "$tpid"
+	counters_printed() { (($(grep -c "qsm counters:" "$tlog") > ncnt)); }
+	wait_for 5 counters_printed || fail "the target printed no counters on SIGUSR1"
+	grep "qsm counters:" "$tlog" | tail -n 1 | sed 's/^/   /'
+	grep "qsm counters:" "$tlog" | tail -n 1 | grep -q "devices_live 0$" ||
+		fail "the target still holds a device"
+	echo "   target queues that took DEVICE_REMOVAL themselves: $(grep -c "device removed" "$tlog")" \
+		"(the others were closed by the host first)"
+
+	# nvme-rdma's ib_client deletes every controller on a device that goes away (it does not
+	# reconnect by itself): wait until the host let go, then connect again.
+	wait_for 30 eval '! ctrl_of_nqn >/dev/null' || fail "the host kept its controller after the removal"
+	dmesg | grep -E 'nvme nvme[0-9]+: Removing ctrl' | tail -n 1 | sed 's/^/   dmesg: /'
+	wait_for 10 all_freed || fail "the target did not free the controller after the removal"
+}
+
+# device_readd_connect: `rdma link add` again; the kernel host connects again (the target's
+# listener relistens at DEVICE_ADDED); sets ns and ctrl
+device_readd_connect() {
+	local t0 end try
+	step "rdma link add $dev type $transport netdev $netdev; nvme connect again"
+	t0=$(usec)
+	rdma link add "$dev" type "$transport" netdev "$netdev" || fail "rdma link add failed"
+	wait_for 10 dev_active || fail "$dev is not ACTIVE after re-add"
+	# the target's listener relistens on DEVICE_ADDED (or its 1 s relisten timer)
+	end=$(($(usec) + 30000000))
+	for ((try = 1; ; try++)); do
+		timeout 60 nvme connect -t rdma -n "$nqn" -a "$addr" -s "$port" --hostnqn="$hostnqn" \
+			--hostid="$hostid" >"$tmp/connect2.log" 2>&1 && break
+		(($(usec) < end)) || { cat "$tmp/connect2.log"; fail "nvme connect after re-add failed"; }
+		sleep 0.5
+	done
+	ns=
+	wait_for 20 find_ns || fail "no namespace block device after the reconnect"
+	ctrl=$(ctrl_of_nqn)
+	echo "   ok: $ctrl, $ns ($(ms_since "$t0") ms after re-add, $try connect attempt(s))"
+}
