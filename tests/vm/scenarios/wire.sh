@@ -11,7 +11,10 @@
 #   3. b connects to an address no host has (192.0.2.99, 2001:db8::99): no neighbour answers, so
 #      the address is never resolved (ADDR_ERROR, or the step's timeout), and b gives up;
 #   4. tc netem on both hosts' egress: 1% loss (4 connections x 50 pings), then 10% loss with
-#      50 ms delay and reordering (2 x 10): every ping validated, no queue flaps.
+#      50 ms delay and reordering (2 x 10): every ping validated, no queue flaps, every
+#      disconnect reaches the peer (IPv4 only: it tests the transport);
+#   5. a's server killed with SIGKILL under b's pings: b takes DISCONNECTED (a's kernel ends the
+#      connection), is refused until a's new server is up, is LIVE again and finishes its pings.
 # Both hosts run this script; QSM_VM_HOST says which one they are.
 #   tests/vm/run --hosts 2 tests/vm/scenarios/wire.sh [N]
 set -u
@@ -207,8 +210,64 @@ lossy() {
 	expect "$log" "$want" "every disconnect through the lossy wire"
 	vm_sync "$name-done" 200 || bad "the peer did not finish $name"
 }
-lossy loss1 "loss 1%" 7310 4 50
-lossy loss10 "loss 10% delay 50ms 10ms reorder 25% 50%" 7311 2 10
+# loss tests the transport, not the address family: IPv4 only (time)
+if [[ $me != *:* ]]; then
+	lossy loss1 "loss 1%" 7310 4 50
+	lossy loss10 "loss 10% delay 50ms 10ms reorder 25% 50%" 7311 2 10
+fi
+
+# ---- 5. the server's process killed (SIGKILL) under the client's pings ---------------------------
+# b pings 2,000 times on one connection (-A 20: attempts to spare); once it is LIVE, a kills its
+# server with SIGKILL: a's kernel still ends the connection (its CM sends the DREQ, its TCP the
+# FIN), so b takes DISCONNECTED, then tries again and is refused (nothing listens) until a's
+# second server is up; b is LIVE again and finishes its pings.
+port=7320
+if [[ $host == a ]]; then
+	step "5: a serves on port $port; SIGKILL to the server while b pings; a new server 2 s later"
+	log=$tmp/wire5-server1.log
+	timeout -s KILL 60 stdbuf -oL "$bin" -s -a "$me" -p $port -n 1 >"$log" 2>&1 &
+	spid=$!
+	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; going on)"
+	vm_post listening5
+	vm_await live5 60 || bad "b never said it was LIVE"
+	# the server itself (timeout's child: stdbuf and libtool's wrapper exec it), not timeout
+	pkill -KILL -P "$spid" || bad "no server process to kill"
+	wait "$spid" 2>/dev/null
+	echo "   server 1 killed; $(grep -c -- '--READY--> LIVE' "$log") queue(s) LIVE in its trace"
+	sleep 2
+	log=$tmp/wire5-server2.log
+	timeout -s KILL 120 stdbuf -oL "$bin" -s -a "$me" -p $port -n 1 >"$log" 2>&1 &
+	spid=$!
+	vm_wait_bounded "$spid" 110
+	rc=$?
+	grep -v '^qsm \|ping data' "$log" | sed 's/^/   server 2: /'
+	[[ $rc == 0 ]] || bad "server 2 exited $rc"
+	grep -q '^qsm-ping: 1 connection(s), 0 failed' "$log" || bad "server 2 did not serve the reconnected queue"
+	expect "$log" "NEW --CONNECT_REQUEST--> REQUESTED" "the client's queue back, at the new server"
+else
+	step "5: b pings a 2,000 times; a's server is killed under it, a new one comes up"
+	log=$tmp/wire5-client.log
+	vm_await listening5 60 || die "a never listened (step 5)"
+	timeout -s KILL 120 stdbuf -oL "$bin" -c -v -a "$peer" -p $port -A 20 -C 2000 >"$log" 2>&1 &
+	cpid=$!
+	wait_live() { grep -q -- '--READY--> LIVE' "$log"; }
+	for ((i = 0; i < 200; i++)); do wait_live && break; sleep 0.05; done
+	vm_post live5
+	vm_wait_bounded "$cpid" 115
+	rc=$?
+	grep -v '^qsm \|ping data' "$log" | sed 's/^/   client: /'
+	# qsm-ping counts a connection failed once it lost its QP, reconnect or not (exit 1): the
+	# edges and the pings say what happened
+	echo "   client exit $rc; $(grep -c '^ping data: rdma-ping-' "$log") pings validated; its edges, in order:"
+	grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$log" | uniq -c | sed 's/^ */      /'
+	expect "$log" "CONNECTING --(REJECTED|CONNECT_ERROR)[^>]*--> RECONNECT_WAIT" "refused while no server listened"
+	grep -q 'unexpected 0,' "$log" || bad "an unexpected event"
+	expect "$log" "LIVE --DISCONNECTED--> DRAINING" "the killed server's connection ended by its kernel"
+	expect "$log" "--READY--> LIVE" "LIVE, then LIVE again at the new server"
+	[[ $(grep -c -- '--READY--> LIVE' "$log") == 2 ]] || bad "LIVE $(grep -c -- '--READY--> LIVE' "$log") times, expected 2"
+	[[ $(grep -c '^ping data: rdma-ping-' "$log") == 2000 ]] || bad "not all 2,000 pings validated"
+fi
+vm_sync done5 130 || bad "the peer did not finish step 5"
 
 cp "$tmp"/wire*.log "$out"/ 2>/dev/null
 if ((failures)); then
