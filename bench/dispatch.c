@@ -402,7 +402,7 @@ static struct result run_switch(size_t nqueues, uint64_t cycles, int instr)
 					  .cap = { .max_send_wr = 65, .max_recv_wr = 65,
 						   .max_send_sge = 1, .max_recv_sge = 1 } };
 	w.conn = (struct rdma_conn_param){ .responder_resources = 1, .initiator_depth = 1,
-					   .flow_control = 1, .retry_count = 7, .rnr_retry_count = 7 };
+					   .flow_control = 1, .retry_count = 6, .rnr_retry_count = 7 };
 	m0 = mallinfo2();
 	cs = calloc(nqueues, sizeof(*cs));
 	m1 = mallinfo2();

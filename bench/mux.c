@@ -633,7 +633,7 @@ static void handle(struct mux_conn *c, int e, int status)
 					 .max_recv_sge = 1 } };
 			/* RDMA READ both ways, retries at the maximum (as rping, and qsm's fabric) */
 			struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
-						     .flow_control = 1, .retry_count = 7, .rnr_retry_count = 7 };
+						     .flow_control = 1, .retry_count = 6, .rnr_retry_count = 7 };
 			int r;
 
 			to(c, e, MUX_CONNECTING);

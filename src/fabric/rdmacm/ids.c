@@ -156,9 +156,16 @@ static uint8_t clamp_rd(unsigned v)
 
 /*
  * As rping: RDMA READ needs responder resources (reads the peer may have in flight here) and
- * an initiator depth (reads we may have in flight there), at least 1 each; retries at the
- * maximum (rnr_retry_count 7 = retry forever on RNR NAK).  The device's limits, at most
- * RD_ATOM_MAX; accept answers no more than the request offered.
+ * an initiator depth (reads we may have in flight there), at least 1 each; rnr_retry_count 7 =
+ * retry forever on RNR NAK.  The device's limits, at most RD_ATOM_MAX; accept answers no more
+ * than the request offered.
+ *
+ * retry_count 6, not 7: IBA gives 7 no special meaning, but soft-RoCE does (rxe_completer:
+ * "if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--"), and a QP that retries forever never
+ * learns that its peer vanished: on two hosts a 30 s partition, and a peer powered off, left
+ * the QP retrying for good and the queue LIVE, keepalive or not
+ * (tests/vm/scenarios/wire-faults.sh).  Six retries still ride out a short cut.  The REQ
+ * carries it: both sides' QPs take the active side's.
  */
 /* The initiator depth an active id offers: the device's, at least 1 */
 static unsigned active_ord(const struct qsm_fid *id)
@@ -187,7 +194,7 @@ static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void
 	p->responder_resources = clamp_rd(resp);
 	p->initiator_depth = (uint8_t)(accept ? passive_ord(id) : active_ord(id));
 	p->flow_control = 1;
-	p->retry_count = 7;
+	p->retry_count = 6;
 	p->rnr_retry_count = 7;
 }
 
