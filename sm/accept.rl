@@ -19,6 +19,7 @@
 	action start_drain    { QSM_SM_QUEUE_ACT(QSM_ACT_START_DRAIN); }
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
+	action probe          { QSM_SM_QUEUE_ACT(QSM_ACT_PROBE); }
 
 	# The states, named only here: first the start, last the final (doc/machines.md, "A state").
 	# states qsm_accept_state QSM_ACCEPT_ "Passive queue, born from a listener's CONNECT_REQUEST"
@@ -26,7 +27,7 @@
 	# state REQUESTED     timeout=request_ms,teardown=reject "the request handler decides: accept or reject"
 	# state ACCEPTING     timeout=connect_ms,after_cm        "QP created, rdma_accept sent"
 	# state CONNECTED     timeout=handshake_ms               "ESTABLISHED; the ULP's handshake runs"
-	# state LIVE          -                                  "the ULP said READY"
+	# state LIVE          timeout=keepalive_ms               "the ULP said READY"
 	# state DISCONNECTING timeout=disconnect_ms,after_cm     "the ULP asked to disconnect; DREQ sent"
 	# state DRAINING      timeout=drain_ms,drains            "flushing the QP, then close"
 	# state CLOSED        -                                  "final"
@@ -95,8 +96,11 @@
 		gone                                @release_all                  -> Closed
 	) >~CONNECTED,
 
+	# keepalive_ms (0: none): a probe the peer's QP answers; a peer that vanished without a
+	# DREQ (its host died, the wire was cut) fails it after the RC retries: WC_ERROR, lost.
 	Live: (
 		lost                                @start_drain                  -> Draining |
+		QSM_EV_TIMEOUT                      @probe                        -> Live |
 		qp_note                                                           -> Live |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @release_all  -> Closed |

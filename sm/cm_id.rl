@@ -23,6 +23,7 @@
 	action release_id     { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ID); }
 	action arm_retry      { QSM_SM_QUEUE_ACT(QSM_ACT_ARM_RETRY); }
 	action arm_fast_retry { QSM_SM_QUEUE_ACT(QSM_ACT_ARM_FAST_RETRY); }
+	action probe          { QSM_SM_QUEUE_ACT(QSM_ACT_PROBE); }
 	action retry_now      { QSM_SM_QUEUE_ACT(QSM_ACT_RETRY_NOW); }
 	action release_device { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_DEVICE); }
 	action release_all    { QSM_SM_QUEUE_ACT(QSM_ACT_RELEASE_ALL); }
@@ -34,7 +35,7 @@
 	# state ROUTE_RESOLVING timeout=resolve_ms      "rdma_resolve_route in flight"
 	# state CONNECTING      timeout=connect_ms,after_cm "QP created, rdma_connect sent"
 	# state CONNECTED       timeout=handshake_ms    "ESTABLISHED; the ULP's handshake runs"
-	# state LIVE            -                       "the ULP said READY: I/O flows"
+	# state LIVE            timeout=keepalive_ms    "the ULP said READY: I/O flows"
 	# state DISCONNECTING   timeout=disconnect_ms,after_cm "the ULP asked to disconnect; DREQ sent"
 	# state DRAINING        timeout=drain_ms,drains "connection lost; flushing the QP, then reconnect"
 	# state CLOSING         timeout=drain_ms,drains "flushing the QP, then close for good"
@@ -106,8 +107,11 @@
 		gone                                @release_all                  -> Closed
 	) >~CONNECTED,
 
+	# keepalive_ms (0: none): a probe the peer's QP answers; a peer that vanished without a
+	# DREQ (its host died, the wire was cut) fails it after the RC retries: WC_ERROR, lost.
 	Live: (
 		lost                                @mark_lost @start_drain       -> Draining |
+		QSM_EV_TIMEOUT                      @probe                        -> Live |
 		qp_note                                                           -> Live |
 		QSM_EV_DISCONNECT                   @disconnect                   -> Disconnecting |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |

@@ -33,8 +33,10 @@ static inline void qsm_check_report(const char *func, const char *file, int line
 
 /* A caller-filled public struct's comp_mask (include/qsm/ctx.h, "Growing"): a bit beyond
  * @known comes from a binary built against a newer library, whose fields this one cannot
- * read: -EOPNOTSUPP.  This version knows no bits: every field of 1.0 is there always. */
+ * read: -EOPNOTSUPP.  The classes' has no bits: every field of 1.0 is there always; the queues'
+ * and listeners' opts have QSM_OPTS_KEEPALIVE (their timeouts.keepalive_ms, after 0.2.0). */
 #define QSM_COMP_MASK_KNOWN 0u
+#define QSM_OPTS_MASK_KNOWN QSM_OPTS_KEEPALIVE
 #define qsm_check_mask(mask, known) qsm_check(!((mask) & ~(uint32_t)(known)), -EOPNOTSUPP)
 
 /* The class and every class up its super chain (qsm_class.comp_mask). */

@@ -155,15 +155,16 @@ release_request:
 int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, struct qsm_listener **ret)
 {
 	struct qsm_listener *l;
+	struct qsm_timeouts t;
 	int r;
 
 	qsm_check(ctx && o && ret, -EINVAL);
 	qsm_check(o->addr && o->cls, -EINVAL);
-	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
+	qsm_check_mask(o->comp_mask, QSM_OPTS_MASK_KNOWN);
 	qsm_check_class_mask(o->cls);
 	qsm_check(qsm_class_caps_ok(o->cls), -EINVAL);
 	qsm_check(o->backlog >= 0, -EINVAL);
-	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
+	if ((r = qsm_timeouts_take(&t, &o->timeouts, o->comp_mask)) < 0)
 		return r;
 	if (o->addr->sa_family != AF_INET && o->addr->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
@@ -178,7 +179,7 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 	memcpy(&l->addr, o->addr, o->addr->sa_family == AF_INET ? sizeof(l->addr.sin) : sizeof(l->addr.sin6));
 	l->backlog = o->backlog ? o->backlog : 128;
 	l->relisten = qsm_policy_resolved(&o->relisten);
-	l->timeouts = o->timeouts;
+	l->timeouts = t;
 	l->user = o->user;
 	l->timer.heap_idx = UINT32_MAX;
 	/* its events and its timer have their room before it can have any (core/fifo.h) */

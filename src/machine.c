@@ -36,7 +36,7 @@ static const char *const event_names[QSM_EV_LIMIT] = {
 #undef EV
 };
 
-_Static_assert(QSM_ACT_NOTIFY == QSM_ACT_SRQ_LOW + 1 && QSM_ACT_LIMIT == QSM_ACT_ARM_FAST_RETRY + 1,
+_Static_assert(QSM_ACT_NOTIFY == QSM_ACT_SRQ_LOW + 1 && QSM_ACT_LIMIT == QSM_ACT_PROBE + 1,
 	       "the queue actions added later follow the device's");
 
 static const char *const action_names[QSM_ACT_LIMIT] = {
@@ -69,6 +69,7 @@ static const char *const action_names[QSM_ACT_LIMIT] = {
 	[QSM_ACT_SRQ_LOW] = "srq_low",
 	[QSM_ACT_NOTIFY] = "notify",
 	[QSM_ACT_ARM_FAST_RETRY] = "arm_fast_retry",
+	[QSM_ACT_PROBE] = "probe",
 };
 
 const char *qsm_event_name(int event)
@@ -231,6 +232,7 @@ static const char *const step_timeout_names[QSM_STEP_COUNT] = {
 	[QSM_STEP_HANDSHAKE] = "handshake_ms",
 	[QSM_STEP_DISCONNECT] = "disconnect_ms",
 	[QSM_STEP_DRAIN] = "drain_ms",
+	[QSM_STEP_KEEPALIVE] = "keepalive_ms",
 };
 
 int qsm_machine_state_info(enum qsm_machine m, int state, struct qsm_state_info *info)

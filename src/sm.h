@@ -18,6 +18,7 @@ enum qsm_step_timeout {
 	QSM_STEP_HANDSHAKE,     /* handshake_ms: 0 means none */
 	QSM_STEP_DISCONNECT,    /* disconnect_ms */
 	QSM_STEP_DRAIN,         /* drain_ms */
+	QSM_STEP_KEEPALIVE,     /* keepalive_ms: 0 means none */
 	QSM_STEP_COUNT
 };
 
@@ -84,7 +85,7 @@ void qsm_sm_init(void);
 /* Each machine names only the actions of the runtime that carries them out. */
 #define QSM_SM_QUEUE_ACT(a) do { \
 		_Static_assert(((int)(a) >= QSM_ACT_RESOLVE_ADDR && (int)(a) <= QSM_ACT_RESET_BACKOFF) || \
-			       ((int)(a) >= QSM_ACT_NOTIFY && (int)(a) <= QSM_ACT_ARM_FAST_RETRY), \
+			       ((int)(a) >= QSM_ACT_NOTIFY && (int)(a) <= QSM_ACT_PROBE), \
 			       #a " is not a queue action"); \
 		QSM_SM_ACT(a); \
 	} while (0)

@@ -37,7 +37,7 @@ int main(void)
 	S(qsm_timeouts);
 	F(qsm_timeouts, resolve_ms); F(qsm_timeouts, connect_ms); F(qsm_timeouts, handshake_ms);
 	F(qsm_timeouts, disconnect_ms); F(qsm_timeouts, drain_ms); F(qsm_timeouts, request_ms);
-	F(qsm_timeouts, reserved);
+	F(qsm_timeouts, keepalive_ms); F(qsm_timeouts, reserved);
 	S(qsm_counters);
 	F(qsm_counters, events); F(qsm_counters, fabric_events); F(qsm_counters, popped);
 	F(qsm_counters, dispatched); F(qsm_counters, transitions); F(qsm_counters, unexpected);

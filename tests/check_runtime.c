@@ -130,6 +130,9 @@ static void pump(unsigned jumps)
 	harness_run(&world, HARNESS_FOREVER, jumps);
 }
 
+static struct qsm_fabric *last_fabric;   /* new_ctx()'s (setup: the client's is cfab) */
+static struct qsm_fabric *cfab, *sfab;
+
 static struct qsm_ctx *new_ctx(void)
 {
 	struct qsm_fabric *f;
@@ -139,6 +142,7 @@ static struct qsm_ctx *new_ctx(void)
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
 	o.fabric = f;
 	ck_assert_int_eq(qsm_ctx_new(&o, &c), 0);
+	last_fabric = f;
 	return c;
 }
 
@@ -149,7 +153,9 @@ static void setup(void)
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	sctx = new_ctx();
+	sfab = last_fabric;
 	cctx = new_ctx();
+	cfab = last_fabric;
 	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
 }
@@ -625,8 +631,11 @@ START_TEST(test_unknown_comp_mask_bits_are_refused_and_make_nothing)
 	static const struct qsm_class newer = { .comp_mask = 1u << 31, .name = "newer" };
 	static const struct qsm_class sub = { .name = "sub", .super = &newer };
 	struct qsm_ctx_opts co = { .comp_mask = 1, .fabric = NULL };
-	struct qsm_conn_opts o = { .comp_mask = 1, .cls = &client_class, .dst = (struct sockaddr *)&addr };
-	struct qsm_listener_opts lo = { .comp_mask = 1, .addr = (struct sockaddr *)&addr, .cls = &server_class };
+	/* the opts know QSM_OPTS_KEEPALIVE (bit 0) since 0.2.0: the next bit is a newer library's */
+	struct qsm_conn_opts o = { .comp_mask = QSM_OPTS_KEEPALIVE << 1, .cls = &client_class,
+				   .dst = (struct sockaddr *)&addr };
+	struct qsm_listener_opts lo = { .comp_mask = QSM_OPTS_KEEPALIVE << 1, .addr = (struct sockaddr *)&addr,
+					.cls = &server_class };
 	struct qsm_fabric *f;
 	struct qsm_ctx *c = NULL;
 	struct qsm_conn *q = NULL;
@@ -748,10 +757,13 @@ START_TEST(test_step_timeout_above_max_is_refused_and_the_max_does_not_wrap)
 		offsetof(struct qsm_timeouts, resolve_ms), offsetof(struct qsm_timeouts, connect_ms),
 		offsetof(struct qsm_timeouts, handshake_ms), offsetof(struct qsm_timeouts, disconnect_ms),
 		offsetof(struct qsm_timeouts, drain_ms), offsetof(struct qsm_timeouts, request_ms),
+		offsetof(struct qsm_timeouts, keepalive_ms),
 	};
 	static const uint32_t too_long[] = { QSM_TIMEOUT_MAX_MS + 1, UINT32_MAX };
-	struct qsm_conn_opts o = { .cls = &client_class, .dst = (struct sockaddr *)&addr };
-	struct qsm_listener_opts lo = { .addr = (struct sockaddr *)&addr, .cls = &server_class };
+	struct qsm_conn_opts o = { .comp_mask = QSM_OPTS_KEEPALIVE, .cls = &client_class,
+				   .dst = (struct sockaddr *)&addr };
+	struct qsm_listener_opts lo = { .comp_mask = QSM_OPTS_KEEPALIVE, .addr = (struct sockaddr *)&addr,
+					.cls = &server_class };
 	struct qsm_listener *l = NULL;
 	struct qsm_conn *q = NULL;
 
@@ -1205,6 +1217,115 @@ START_TEST(test_unknown_cm_event_is_counted_traced_and_handed_to_unexpected)
 }
 END_TEST
 
+/* ---- keepalive ---- */
+
+static unsigned live_probes[2], ka_wc_errors[2];   /* [passive]: LIVE --TIMEOUT--> LIVE, WC_ERROR edges */
+static void count_keepalive(const struct qsm_trace_record *r, void *arg)
+{
+	int passive = arg != NULL;
+
+	if (r->to && !strcmp(r->from, "LIVE") && !strcmp(r->event, "TIMEOUT") && !strcmp(r->to, "LIVE"))
+		live_probes[passive]++;
+	if (r->to && !strcmp(r->event, "WC_ERROR"))
+		ka_wc_errors[passive]++;
+}
+
+/* A client and a server with keepalive_ms on both (or only claimed: comp_mask without the bit
+ * reads none of it), LIVE. */
+static struct qsm_conn *keepalive_pair(uint32_t ka_ms, uint32_t mask)
+{
+	struct qsm_listener *l;
+	struct qsm_listener_opts lo = { .comp_mask = mask, .addr = (struct sockaddr *)&addr,
+					.cls = &server_class, .timeouts = { .keepalive_ms = ka_ms } };
+	struct qsm_conn_opts o = { .comp_mask = mask, .cls = &client_class, .dst = (struct sockaddr *)&addr,
+				   .private_data = "LOGIN ka", .private_data_len = 8,
+				   .policy = { .initial_delay_ms = 10, .max_delay_ms = 100 },
+				   .timeouts = { .keepalive_ms = ka_ms } };
+	struct qsm_conn *q;
+
+	memset(live_probes, 0, sizeof(live_probes));
+	memset(ka_wc_errors, 0, sizeof(ka_wc_errors));
+	qsm_ctx_set_trace(cctx, count_keepalive, NULL);
+	qsm_ctx_set_trace(sctx, count_keepalive, &world);
+	ck_assert_int_eq(qsm_listener_new(sctx, &lo, &l), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &o, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump(0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_LIVE], 1);
+	return q;
+}
+
+/* LIVE probes its peer every keepalive_ms: a self-loop that changes nothing while the peer
+ * answers, and no timer at all without keepalive_ms (an idle ctx never wakes). */
+START_TEST(test_keepalive_probes_a_live_peer_and_changes_nothing)
+{
+	struct qsm_conn *q = keepalive_pair(100, QSM_OPTS_KEEPALIVE);
+
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(cctx), 100);
+	ck_assert_int_eq(qsm_ctx_next_timeout_ms(sctx), 100);
+	harness_run_for(&world, 1050);
+	ck_assert_uint_eq(live_probes[0], 10);
+	ck_assert_uint_eq(live_probes[1], 10);
+	ck_assert_uint_eq(ka_wc_errors[0] + ka_wc_errors[1], 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_DRAINING], 0);
+	ck_assert_uint_eq(COUNT(cctx, unexpected) + COUNT(sctx, unexpected), 0);
+	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	pump(0);
+	ck_assert_int_eq(COUNT(cctx, queues_live) + COUNT(sctx, queues_live), 0);
+}
+END_TEST
+
+/* A partition (or a peer host that lost power): no CM event ever comes.  Without keepalive
+ * both LIVE queues wait for good; with it, each side's probe fails after the RC retries
+ * (WC_ERROR): the client drains and tries again, the server's queue drains and closes. */
+START_TEST(test_keepalive_finds_a_peer_that_vanished_without_a_word)
+{
+	struct qsm_conn *q;
+
+	/* keepalive_ms without its comp_mask bit: reserved room, never read; the cut goes unseen */
+	q = keepalive_pair(100, 0);
+	ck_assert_int_eq(qsm_sim_partition(sim, cfab, q), 0);
+	ck_assert_int_eq(qsm_sim_partition(sim, cfab, q), -ENOTCONN);
+	harness_run_for(&world, 5000);
+	ck_assert_uint_eq(live_probes[0] + live_probes[1], 0);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_DRAINING], 0);
+	/* its disconnect: DISCONNECTED on its own side only (its DREQ times out); the server's
+	 * queue stays LIVE, which is what keepalive is for */
+	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	pump(0);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+	ck_assert_int_eq(COUNT(sctx, queues_live), 1);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_DRAINING], 0);
+	qsm_ctx_free(sctx);   /* (its queue goes with it) */
+	sctx = new_ctx();
+	memset(&seen, 0, sizeof(seen));
+
+	/* with keepalive: both sides find out at their next probe */
+	q = keepalive_pair(100, QSM_OPTS_KEEPALIVE);
+	harness_run_for(&world, 250);
+	ck_assert_uint_eq(live_probes[0], 2);
+	ck_assert_int_eq(qsm_sim_partition(sim, cfab, q), 0);
+	harness_run(&world, 100, 1);
+	ck_assert_uint_eq(ka_wc_errors[0], 1);
+	ck_assert_uint_eq(ka_wc_errors[1], 1);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_DRAINING], 1);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_DRAINING], 1);
+	/* the server's queue closed; the client's tried again, and the listener (the cut was
+	 * that connection's) took it */
+	harness_run(&world, 1000, 3);
+	ck_assert_int_eq(seen.enter[0][QSM_CM_RECONNECT_WAIT], 1);
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_int_eq(seen.enter[1][QSM_ACCEPT_LIVE], 2);
+	ck_assert_uint_eq(COUNT(cctx, unexpected) + COUNT(sctx, unexpected), 0);
+	ck_assert_int_eq(qsm_conn_destroy(q), 0);
+	pump(0);
+	ck_assert_int_eq(COUNT(cctx, queues_live), 0);
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -1238,6 +1359,8 @@ static Suite *runtime_suite(void)
 	tcase_add_test(t, test_ctx_fd_is_readable_while_work_waits_and_quiet_after_a_drained_pass);
 	tcase_add_test(t, test_resource_exhaustion_gives_up_after_max_exhausted_with_the_errno);
 	tcase_add_test(t, test_resource_exhaustion_retries_when_max_exhausted_is_never);
+	tcase_add_test(t, test_keepalive_probes_a_live_peer_and_changes_nothing);
+	tcase_add_test(t, test_keepalive_finds_a_peer_that_vanished_without_a_word);
 	suite_add_tcase(s, t);
 	/* 20,000 queues through the sim: seconds, not the default 4 s budget of a case */
 	t = tcase_create("crowd");

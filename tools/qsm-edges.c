@@ -35,6 +35,7 @@ static const char *const timeout_names[QSM_STEP_COUNT] = {
 	[QSM_STEP_HANDSHAKE] = "QSM_STEP_HANDSHAKE",
 	[QSM_STEP_DISCONNECT] = "QSM_STEP_DISCONNECT",
 	[QSM_STEP_DRAIN] = "QSM_STEP_DRAIN",
+	[QSM_STEP_KEEPALIVE] = "QSM_STEP_KEEPALIVE",
 };
 
 static void upper(char *dst, size_t n, const char *src)

@@ -162,8 +162,15 @@ struct qsm_timeouts {
 	uint32_t disconnect_ms;     /* DISCONNECTING (default 2000; never before the CM's own end) */
 	uint32_t drain_ms;          /* DRAINING / CLOSING (default 2000) */
 	uint32_t request_ms;        /* passive REQUESTED undecided (default 5000) */
-	uint32_t reserved[2];       /* zero: room for a later field (see "Growing" above) */
+	uint32_t keepalive_ms;      /* LIVE: a probe of the peer (a zero-length RDMA WRITE) this
+	                               long after LIVE and after each probe; a peer that vanished
+	                               (no DREQ: its host died, the wire was cut) fails it after the
+	                               RC retries, as WC_ERROR.  Read only with QSM_OPTS_KEEPALIVE
+	                               in the opts' comp_mask (after 0.2.0); 0 = none (default) */
+	uint32_t reserved[1];       /* zero: room for a later field (see "Growing" above) */
 };
+/* comp_mask bit of qsm_conn_opts and qsm_listener_opts: their timeouts.keepalive_ms is set */
+#define QSM_OPTS_KEEPALIVE (1u << 0)
 
 /* Room for the events in qsm_counters: a new event takes a new number within it, so the
  * counters after it keep their offsets.  At least QSM_EV_LIMIT (the library's build checks). */

@@ -50,6 +50,8 @@ enum qsm_queue_action {
 	                               the accept (QP: COMM_EST) */
 	QSM_ACT_ARM_FAST_RETRY = 29, /* a stale-connection reject: retry after 10 ms, up to 3 in a
 	                               row; then the policy's backoff, as ARM_RETRY */
+	QSM_ACT_PROBE = 30,         /* keepalive: a zero-length RDMA WRITE the ULP never sees (its
+	                               failure is WC_ERROR), the next probe armed */
 };
 enum qsm_listener_action {
 	QSM_ACT_SPAWN_PASSIVE = QSM_ACT_RESET_BACKOFF + 1, /* make a passive queue for the request */
@@ -64,7 +66,7 @@ enum qsm_device_action {
 	QSM_ACT_RELEASE_REGISTRY,   /* its pools' registrations, SRQs, sentinel, device reference */
 	QSM_ACT_SRQ_LOW,            /* the SRQ that fired: its class's srq_low, the limit armed again */
 };
-#define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 3)   /* through QSM_ACT_ARM_FAST_RETRY */
+#define QSM_ACT_LIMIT (QSM_ACT_SRQ_LOW + 4)   /* through QSM_ACT_PROBE */
 
 /* At most this many actions on one edge (the build refuses a .rl edge with more).  Part of
  * the ABI through struct qsm_edge, which qsm_machine_next() fills: it changes only with

@@ -261,6 +261,17 @@ int qsm_sim_qp_fatal(struct qsm_sim *sim, struct qsm_fabric *f, void *owner);
 int qsm_sim_qp_event(struct qsm_sim *sim, struct qsm_fabric *f, void *owner, int event);
 
 /*
+ * The connection of that same id (ESTABLISHED) is cut both ways, and nobody is told: a
+ * partition that never heals, or a peer whose host lost power.  No CM event on either side;
+ * from then on a WR either side posts fails with QSM_WC_RETRY_EXC_ERR (the RC retries run
+ * out; the QP goes to ERR, WC_ERROR), and so does a keepalive probe (keepalive_ms); a
+ * disconnect gets DISCONNECTED on its own side only, as its DREQ times out.
+ * Returns 0; -EINVAL as above; -ENOENT if no such id has a QP; -ENOTCONN if it is not
+ * connected.
+ */
+int qsm_sim_partition(struct qsm_sim *sim, struct qsm_fabric *f, void *owner);
+
+/*
  * A port's asynchronous event on device `name` (its one port, 1): QSM_EV_PORT_ERR goes to
  * every QP on the device, of every fabric; QSM_EV_PORT_ACTIVE, QSM_EV_GID_CHANGE,
  * QSM_EV_LID_CHANGE, QSM_EV_PKEY_CHANGE and QSM_EV_CLIENT_REREGISTER to every fabric for the

@@ -317,6 +317,14 @@ struct qsm_fabric_ops {
 	 * counted by the fabric, so each WR still completes exactly once.  No other event (a
 	 * DRAINED still due) comes for the QP after this. */
 	int (*flush_qp)(struct qsm_fid *id, struct qsm_fabric_cqe *cqe, int max);
+	/* Keepalive: a zero-length RDMA WRITE on the id's QP (no rkey, no memory: IBA C9-88) that
+	 * is no WR of the ULP's and no slot of its rings (the QP keeps one more for it).  Its
+	 * success and its flush are nothing; its failure (the peer's QP gone: the RC retries ran
+	 * out) moves the QP to ERR, as a ULP WR's would, and is the id's QSM_EV_WC_ERROR (-EIO),
+	 * an event, since there is no WR to complete.  0; -EBUSY: the last probe is still out (its
+	 * retries run); -ENOTCONN: no QP in RTS.  NULL: a fabric with no probe (keepalive_ms does
+	 * nothing there). */
+	int (*probe)(struct qsm_fid *id);
 
 	/* The longest the fabric's CM may take to end a connect or an accept on the id by itself
 	 * (ESTABLISHED, or REJECTED / UNREACHABLE / CONNECT_ERROR once its retries ran out), in

@@ -13,10 +13,14 @@
 /* Refused, not clamped: a ULP that asked for more than an int of milliseconds made a mistake
  * it should hear about.  The bound keeps resolve_ms an int for rdma_resolve_addr() and its
  * state's timer (resolve_ms + 1000) within one. */
-int qsm_timeouts_check(const struct qsm_timeouts *t)
+int qsm_timeouts_take(struct qsm_timeouts *dst, const struct qsm_timeouts *t, uint32_t comp_mask)
 {
-	const uint32_t all[] = { t->resolve_ms, t->connect_ms, t->handshake_ms, t->disconnect_ms,
-				 t->drain_ms, t->request_ms };
+	*dst = *t;
+	/* a field the caller's comp_mask does not claim was reserved room when it was built */
+	if (!(comp_mask & QSM_OPTS_KEEPALIVE))
+		dst->keepalive_ms = 0;
+	const uint32_t all[] = { dst->resolve_ms, dst->connect_ms, dst->handshake_ms, dst->disconnect_ms,
+				 dst->drain_ms, dst->request_ms, dst->keepalive_ms };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (all[i] > QSM_TIMEOUT_MAX_MS)
@@ -78,15 +82,16 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 {
 	struct qsm_conn *q;
 	union qsm_addr dst, src;
+	struct qsm_timeouts t;
 	int r;
 
 	qsm_check(ctx && o && ret && o->cls && o->dst, -EINVAL);
-	qsm_check_mask(o->comp_mask, QSM_COMP_MASK_KNOWN);
+	qsm_check_mask(o->comp_mask, QSM_OPTS_MASK_KNOWN);
 	qsm_check_class_mask(o->cls);
 	qsm_check(qsm_class_caps_ok(o->cls), -EINVAL);
 	qsm_check(o->private_data_len <= QSM_PDATA_REQ_MAX && (!o->private_data_len || o->private_data),
 		  -EINVAL);
-	if ((r = qsm_timeouts_check(&o->timeouts)) < 0)
+	if ((r = qsm_timeouts_take(&t, &o->timeouts, o->comp_mask)) < 0)
 		return r;
 	if ((r = addr_copy(&dst, o->dst)) < 0 || (o->src && (r = addr_copy(&src, o->src)) < 0))
 		return r;
@@ -95,7 +100,7 @@ int (qsm_conn_new)(struct qsm_ctx *ctx, const struct qsm_conn_opts *o, struct qs
 	if (!q)
 		return -ENOMEM;
 	q->dst = dst;
-	q->cfg = qsm_conn_cfg_get(ctx, &o->timeouts, &o->policy);
+	q->cfg = qsm_conn_cfg_get(ctx, &t, &o->policy);
 	q->user = o->user;
 	if (o->src && (q->src = malloc(sizeof(*q->src))))
 		*q->src = src;

@@ -69,6 +69,7 @@ struct qsm_conn_cfg *qsm_conn_cfg_get(struct qsm_ctx *ctx, const struct qsm_time
 		[QSM_STEP_HANDSHAKE] = t->handshake_ms,
 		[QSM_STEP_DISCONNECT] = qsm_or_default(t->disconnect_ms, 2000),
 		[QSM_STEP_DRAIN] = qsm_or_default(t->drain_ms, 2000),
+		[QSM_STEP_KEEPALIVE] = t->keepalive_ms,
 	} };
 	struct qsm_conn_cfg *c;
 

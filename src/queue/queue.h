@@ -93,7 +93,9 @@ struct qsm_mw {
 extern const struct qsm_obj_ops qsm_conn_ops;
 int qsm_conn_spawn_passive(struct qsm_ctx *ctx, const struct qsm_class *cls, void *user,
 			   const struct qsm_timeouts *timeouts, const struct qsm_item *it);
-int qsm_timeouts_check(const struct qsm_timeouts *t);
+/* The caller's timeouts into *dst, the fields its comp_mask does not claim zeroed: 0, or -EINVAL
+ * for one beyond QSM_TIMEOUT_MAX_MS. */
+int qsm_timeouts_take(struct qsm_timeouts *dst, const struct qsm_timeouts *t, uint32_t comp_mask);
 
 /* step.c: a queue's machine and what its actions do */
 void qsm_conn_teardown(struct qsm_conn *q);

@@ -313,6 +313,13 @@ QSM_ALWAYS_INLINE int run_action(struct qsm_conn *q, enum qsm_queue_action a,
 		q->next_delay_ms = 0;
 		qsm_timer_arm(ctx, &q->timer, QSM_EV_RETRY, 0);
 		break;
+	case QSM_ACT_PROBE:
+		/* The last probe still out (-EBUSY) is still the probe; a QP already in ERR has
+		 * its event on the way.  Nothing here ends the edge: the next probe is armed. */
+		if (ops->probe)
+			(void)ops->probe(q->id);
+		qsm_timer_arm(ctx, &q->timer, QSM_EV_TIMEOUT, q->cfg->step_ms[QSM_STEP_KEEPALIVE]);
+		break;
 	case QSM_ACT_RELEASE_DEVICE:
 		ctx->counters.device_removals++;
 		cancelled = call(q, q->vt->device_removed, info, it, q->state, to);

@@ -253,6 +253,43 @@ int qsm_rc_post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, 
 }
 
 /*
+ * Keepalive.  A zero-length RDMA WRITE needs no rkey and touches no memory at the responder
+ * (IBA C9-88; rxe's check_rkey and siw take it so), which still acknowledges it: it costs the
+ * peer nothing, and a peer whose QP is gone (its host died, the wire was cut: no DREQ ever
+ * came) never acknowledges it, so the RC retries run out and it fails with RETRY_EXC_ERR.
+ * Signaled, in the QP's one more send slot; one at a time.
+ */
+int qsm_rc_probe(struct qsm_fid *id)
+{
+	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	int r;
+
+	if (!id || !qsm_rc_fid_has_qp(id) || !id->qp_rts || id->qp_err || id->draining)
+		return -ENOTCONN;
+	if (id->probe_out)
+		return -EBUSY;
+	wr.wr_id = TAG_MARKER | id->qp_key | TAG_PROBE;
+	if ((r = ibv_post_send(id->cm->qp, &wr, &bad)))
+		return -r;
+	id->probe_out = true;
+	id->fab->probes++;
+	return 0;
+}
+
+void qsm_rc_probe_came(struct qsm_fid *id, enum ibv_wc_status status)
+{
+	id->probe_out = false;
+	if (status == IBV_WC_SUCCESS || status == IBV_WC_WR_FLUSH_ERR)
+		return;
+	/* the QP is in ERR now, as after any WR's error; the probe was no WR of the ULP's, so its
+	 * failure is an event of the id, once, and the ULP's WRs flush behind it */
+	id->fab->probes_failed++;
+	id->qp_err = true;
+	qsm_rc_wq_flush_heads(id);
+	pending_push(id->fab, QSM_EV_WC_ERROR, -EIO, id, NULL, false);
+}
+
+/*
  * Move the QP to ERR; DRAINED once everything posted before has completed.  On IB and RoCE a
  * WR posted in ERR is flushed, in order behind the rest: a signaled send after the modify is
  * the marker, as the kernel's ib_drain_qp posts it.

@@ -30,6 +30,9 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->wc_err, (unsigned long long)f->wc_stale,
 			(unsigned long long)f->wc_unknown, (unsigned long long)f->wc_order,
 			(unsigned long long)f->wc_synth);
+	if (getenv("QSM_RDMACM_STATS") && f->probes)
+		fprintf(stderr, "qsm rdmacm: keepalive probes %llu, failed %llu\n",
+			(unsigned long long)f->probes, (unsigned long long)f->probes_failed);
 	if (getenv("QSM_RDMACM_STATS") && f->parked)
 		fprintf(stderr, "qsm rdmacm: ids destroyed while an iWARP connect was outstanding: %llu "
 			"parked, %llu destroyed at their connect's outcome, the rest now\n",
@@ -339,6 +342,7 @@ static const struct qsm_fabric_ops rc_ops = {
 	.reject = qsm_rc_reject,
 	.disconnect = qsm_rc_disconnect,
 	.drain = qsm_rc_drain,
+	.probe = qsm_rc_probe,
 	.id_device = qsm_rc_id_device,
 	.device_get = qsm_rc_device_get,
 	.device_put = qsm_rc_device_put,

@@ -63,11 +63,13 @@ struct qsm_fsrq {
  * receive, bit 61 a receive of an SRQ; bits 32-60 the key of its QP or SRQ (its slot in the
  * fabric's table, 20 bits, and the slot's generation, 9 bits); bits 0-31 the WR's seq in its
  * work queue (an SRQ's: its slot and that slot's generation).  A completion left in a CQ by a
- * destroyed QP, or for a WR whose flush we made already, is recognised and dropped.
+ * destroyed QP, or for a WR whose flush we made already, is recognised and dropped.  Under
+ * TAG_MARKER, seq 0 is the drain marker and TAG_PROBE the keepalive probe (qsm_rc_probe).
  */
 #define TAG_MARKER (1ull << 63)
 #define TAG_RECV (1ull << 62)
 #define TAG_SRQ (1ull << 61)
+#define TAG_PROBE 1ull
 #define TAG_RECV_HI ((uint32_t)(TAG_RECV >> 32))   /* TAG_RECV in a tag's high half */
 #define TAG_KEY_SHIFT 32
 #define TAG_SLOT_BITS 20
@@ -191,6 +193,7 @@ struct qsm_fid {
 	/* the QP */
 	struct qsm_list qp_node;         /* in dev->qps[] */
 	bool draining, fatal_sent;
+	bool probe_out;                  /* a keepalive probe is on the QP (qsm_rc_probe) */
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	bool flush_all;                  /* the drain marker came: every WR left is flushed by us */
@@ -251,6 +254,7 @@ struct rc_fabric {
 	/* completions polled: success, flush, error, dropped (stale or flushed by us already);
 	 * flushes synthesised (WRs rxe did not flush, or posted after ERR); for QSM_RDMACM_STATS */
 	uint64_t wc_ok, wc_flush, wc_err, wc_stale, wc_synth, posts;
+	uint64_t probes, probes_failed;   /* keepalive probes posted, and failed (WC_ERROR) */
 	/* the runtime's sink (fabric.h, "Completions delivered straight"): until set_sink, its
 	 * hold points at a 1, and nothing goes straight; sent: delivered straight by the poll
 	 * of the get_event() call in progress */
@@ -476,6 +480,10 @@ void qsm_rc_send_lists_free(struct rc_fabric *f);
 /* ERR, and DRAINED once every WR posted before completed (a marker; on iWARP a poll that finds
  * the QP's CQ empty). */
 int qsm_rc_drain(struct qsm_fid *id);
+/* Keepalive: a zero-length RDMA WRITE on the QP (struct qsm_fabric_ops.probe). */
+int qsm_rc_probe(struct qsm_fid *id);
+/* Its completion: nothing, or its failure as the id's WC_ERROR. */
+void qsm_rc_probe_came(struct qsm_fid *id, enum ibv_wc_status status);
 /* The drain's marker came (or its CQ was found empty): the rest is flushed by us, DRAINED next. */
 void qsm_rc_marker_came(struct qsm_fid *id);
 /* A poll found CQ c empty: every iWARP drain waiting on it is where its marker would be. */

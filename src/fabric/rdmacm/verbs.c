@@ -10,8 +10,8 @@
 /* ---- completions ---- */
 
 /* A completion whose tag is not a WR of a QP's own work queue: an SRQ's receive (its QP's id,
- * or NULL when stale), or the drain marker (NULL: DRAINED follows our flushes).  Out of line:
- * rare, or the SRQ's. */
+ * or NULL when stale), the drain marker (NULL: DRAINED follows our flushes) or a keepalive
+ * probe (NULL: its failure is an event).  Out of line: rare, or the SRQ's. */
 static __attribute__((noinline)) struct qsm_fid *wc_take_other(struct rc_fabric *f, const struct ibv_wc *wc,
 						   struct qsm_fabric_cqe *out)
 {
@@ -27,7 +27,11 @@ static __attribute__((noinline)) struct qsm_fid *wc_take_other(struct rc_fabric 
 		return out->id;
 	}
 	id = qsm_rc_table_find(&f->qpt, wc->wr_id);
-	if (id && id->qp_num == wc->qp_num && id->draining)
+	if (!id || id->qp_num != wc->qp_num)
+		return NULL;
+	if (wc->wr_id & TAG_PROBE)
+		qsm_rc_probe_came(id, wc->status);
+	else if (id->draining)
 		qsm_rc_marker_came(id);
 	return NULL;
 }
@@ -477,6 +481,7 @@ static void qp_state_free(struct qsm_fid *id)
 	wq_fini(&id->wq[WQ_SEND]);
 	wq_fini(&id->wq[WQ_RECV]);
 	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = id->last_wqe = false;
+	id->probe_out = false;
 }
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
@@ -506,8 +511,9 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		r = -ENOMEM;
 		goto fail;
 	}
-	/* One more of each for the drain marker; on an SRQ, its receives are the SRQ CQ's. */
-	wrs = (int)a->max_send_wr + 1 + (a->srq ? 0 : (int)a->max_recv_wr + 1);
+	/* One more of each for the drain marker, and a send for the keepalive probe; on an SRQ,
+	 * its receives are the SRQ CQ's. */
+	wrs = (int)a->max_send_wr + 2 + (a->srq ? 0 : (int)a->max_recv_wr + 1);
 	cq = qsm_rc_cq_get(d, wrs, &r);
 	if (!cq)
 		goto fail;
@@ -516,7 +522,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	init.send_cq = cq->cq;
 	init.recv_cq = cq->cq;
 	init.qp_type = IBV_QPT_RC;
-	init.cap.max_send_wr = a->max_send_wr + 1;
+	init.cap.max_send_wr = a->max_send_wr + 2;
 	init.cap.max_recv_wr = a->max_recv_wr + 1;
 	init.cap.max_send_sge = a->max_send_sge ? a->max_send_sge : 1;
 	init.cap.max_recv_sge = a->max_recv_sge ? a->max_recv_sge : 1;
@@ -546,7 +552,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		goto fail;
 	}
 	id->srq = a->srq;
-	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = false;
+	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = id->probe_out = false;
 	id->cq = cq;
 	id->qp_wrs = wrs;
 	d->nqps++;

@@ -53,6 +53,7 @@ static const struct qsm_fabric_ops sim_ops = {
 	.reject = sim_reject,
 	.disconnect = sim_disconnect,
 	.drain = sim_drain,
+	.probe = sim_probe,
 	.flush_qp = sim_flush_qp,
 	.read_depth = sim_read_depth,
 	.id_device = sim_id_device,
@@ -251,6 +252,14 @@ static int qp_id(struct qsm_sim *sim, struct qsm_fabric *base, void *owner, stru
 		}
 	}
 	return -ENOENT;
+}
+
+int qsm_sim_partition(struct qsm_sim *sim, struct qsm_fabric *f, void *owner)
+{
+	struct sim_id *id;
+	int r = qp_id(sim, f, owner, &id);
+
+	return r < 0 ? r : sim_partition(id);
 }
 
 int qsm_sim_qp_event(struct qsm_sim *sim, struct qsm_fabric *f, void *owner, int event)

@@ -17,9 +17,11 @@ static int pdata_check(const void *pdata, size_t len, size_t max)
 	return 0;
 }
 
+/* (an id cut off by qsm_sim_partition() has none left) */
 static void peer_unlink(struct sim_id *id)
 {
-	id->peer->peer = NULL;
+	if (id->peer)
+		id->peer->peer = NULL;
 	id->peer = NULL;
 }
 
@@ -282,6 +284,15 @@ int sim_reject(struct qsm_fid *fid, const void *pdata, size_t len)
 	return 0;
 }
 
+/* qsm_sim_partition(): the connection is cut both ways and nobody is told. */
+int sim_partition(struct sim_id *id)
+{
+	if (id->state != ID_ESTABLISHED || !id->peer)
+		return -ENOTCONN;
+	peer_unlink(id);
+	return 0;
+}
+
 int sim_disconnect(struct qsm_fid *fid)
 {
 	struct sim_id *id = to_id(fid);
@@ -291,13 +302,16 @@ int sim_disconnect(struct qsm_fid *fid)
 		return -EINVAL;
 	switch (id->state) {
 	case ID_ESTABLISHED:
-		/* Both ends get DISCONNECTED once (DREQ, DREP), then both leave timewait. */
+		/* Both ends get DISCONNECTED once (DREQ, DREP), then both leave timewait; across a
+		 * partition only this one, as its CM's DREQ times out. */
 		peer = id->peer;
 		peer_unlink(id);
 		connection_down(id);
-		connection_down(peer);
+		if (peer)
+			connection_down(peer);
 		timewait_exit(id);
-		timewait_exit(peer);
+		if (peer)
+			timewait_exit(peer);
 		return 0;
 	case ID_CONNECT:
 	case ID_REQ_RCVD:

@@ -604,6 +604,21 @@ static void rdma_to(struct sim_id *id, struct sim_id *peer, const struct qsm_fab
 	send_done(id, wr, write ? 0 : (uint32_t)len);
 }
 
+/* Keepalive (struct qsm_fabric_ops.probe): the zero-length RDMA WRITE a peer's QP in RTS
+ * acknowledges, and nothing else does -- the retries run out, the QP errs, WC_ERROR. */
+int sim_probe(struct qsm_fid *fid)
+{
+	struct sim_id *id = to_id(fid);
+
+	if (!id || id->qp != SIM_QP_RTS)
+		return -ENOTCONN;
+	if (!id->peer || id->peer->qp != SIM_QP_RTS) {
+		sim_qp_err(id);
+		sim_post_simple(id, QSM_EV_WC_ERROR, -EIO);
+	}
+	return 0;
+}
+
 /* One WR on the send queue of a QP that was RTS when the list was posted; it holds a slot. */
 static void wr_execute(struct sim_id *id, const struct qsm_fabric_wr *wr)
 {

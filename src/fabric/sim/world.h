@@ -306,6 +306,8 @@ void sim_qp_fatal(struct sim_id *id);
 int sim_create_qp(struct qsm_fid *fid, const struct qsm_fabric_qp_attr *attr);
 void sim_destroy_qp(struct qsm_fid *fid);
 int sim_drain(struct qsm_fid *fid);
+int sim_probe(struct qsm_fid *fid);
+int sim_partition(struct sim_id *id);
 int sim_flush_qp(struct qsm_fid *fid, struct qsm_fabric_cqe *cqe, int max);
 bool sim_backlog(struct qsm_fabric *base);
 int sim_take_completions(struct sim_id *id, struct qsm_fabric_cqe *cqe, int max);
