@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +41,13 @@ struct opts {
 	int server, sim, verbose, validate;
 	unsigned count, size, conns;
 	unsigned attempts;        /* -A: a client's connection attempts before it gives up */
+	unsigned backoff_ms;      /* -B: a client's first retry delay */
+	unsigned keepalive_ms;    /* -K: keepalive_ms of every queue (0: none) */
 	const char *addr;
 	const char *dot;          /* -d: the ctx's machines as dot at exit */
 	uint16_t port;
-} o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1, .attempts = 10 };
+} o = { .count = 3, .size = 64, .conns = 1, .port = 7174, .validate = 1, .attempts = 10,
+      .backoff_ms = 100 };
 
 /* Per connection (qsm allocates it: priv_size). */
 struct ping {
@@ -87,6 +91,17 @@ static int fail_conn(struct qsm_conn *q, struct ping *p)
 		return 0;
 	conn_done(p, 1);
 	return 1;
+}
+
+/* A completion that is no news: a flush (the queue drains), or the RC retries running out --
+ * the peer stopped answering (its host died, the wire was cut), which is the connection's loss,
+ * not this ping's error: the queue's WC_ERROR edge drains it, and a client connects again. */
+static bool peer_gone(const struct qsm_wc *wc, const char *who)
+{
+	if (wc->status == QSM_WC_RETRY_EXC_ERR)
+		fprintf(stderr, "%s: the peer stopped answering (wr %llu: RC retries exceeded)\n", who,
+			(unsigned long long)wc->wr_id);
+	return wc->status == QSM_WC_WR_FLUSH_ERR || wc->status == QSM_WC_RETRY_EXC_ERR;
 }
 
 static struct qsm_sge sge_of(void *buf, uint32_t len, struct qsm_mr *mr)
@@ -201,7 +216,7 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct ping *p = qsm_conn_priv(q);
 
-	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+	if (peer_gone(wc, "qsm-ping"))
 		return 0;
 	if (wc->status != QSM_WC_SUCCESS) {
 		fprintf(stderr, "qsm-ping: completion error %d (wr %llu)\n", wc->status,
@@ -302,7 +317,7 @@ static int server_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	struct qsm_sge s;
 	uint32_t len;
 
-	if (wc->status == QSM_WC_WR_FLUSH_ERR)
+	if (peer_gone(wc, "qsm-ping server"))
 		return 0;
 	if (wc->status != QSM_WC_SUCCESS) {
 		fprintf(stderr, "qsm-ping server: completion error %d (wr %llu)\n", wc->status,
@@ -418,7 +433,8 @@ static unsigned parse_size(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-A ATTEMPTS] [-C COUNT] [-S SIZE] [-n CONNS] [-d DOTFILE] [-v] [-V]\n"
+		"usage: qsm-ping -s|-c -a ADDR [-p PORT] [-A ATTEMPTS] [-B MS] [-K MS] [-C COUNT] [-S SIZE] [-n CONNS]\n"
+		"                [-d DOTFILE] [-v] [-V]\n"
 		"       qsm-ping --sim [-C COUNT] [-S SIZE] [-n CONNS] [-v]\n"
 		"  -s server, -c client (rping's wire protocol); -n connections (client: parallel,\n"
 		"  server: how many to serve before exiting); -V no data validation; --sim both\n"
@@ -426,7 +442,10 @@ static void usage(void)
 		"  (rping's range, default 64); -d the ctx's machines as dot to DOTFILE at exit\n"
 		"  (qsm_ctx_write_dot(3): objects by state, edges taken; --sim: the client's ctx).\n"
 		"  -A: a client's connection attempts (the first included) before it gives up\n"
-		"  (default 10; the backoff starts at 100 ms).  QSM_TRACE=1 traces transitions.\n");
+		"  (default 10); -B its first retry delay (default 100 ms; it doubles, up to 10 s).\n"
+		"  -K MS: keepalive, a probe of the peer every MS ms in LIVE (qsm_timeouts'\n"
+		"  keepalive_ms): a peer that vanished without a word fails it (WC_ERROR) after the\n"
+		"  RC retries.  QSM_TRACE=1 traces transitions.\n");
 	exit(2);
 }
 
@@ -438,13 +457,15 @@ int main(int argc, char **argv)
 	struct qsm_sim *sim = NULL;
 	int c, client = 0, r;
 
-	while ((c = getopt_long(argc, argv, "sca:p:A:C:S:n:d:vV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "sca:p:A:B:K:C:S:n:d:vV", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o.server = 1; break;
 		case 'c': client = 1; break;
 		case 'a': o.addr = optarg; break;
 		case 'p': o.port = (uint16_t)atoi(optarg); break;
 		case 'A': o.attempts = (unsigned)atoi(optarg); break;
+		case 'B': o.backoff_ms = (unsigned)atoi(optarg); break;
+		case 'K': o.keepalive_ms = (unsigned)atoi(optarg); break;
 		case 'C': o.count = (unsigned)atoi(optarg); break;
 		case 'S': o.size = parse_size(optarg); break;
 		case 'n': o.conns = (unsigned)atoi(optarg); break;
@@ -485,8 +506,9 @@ int main(int argc, char **argv)
 	if (o.server) {
 		struct qsm_listener *l;
 
-		r = qsm_listener_new(ctx[0], &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&ss,
-				     .cls = &server_class }, &l);
+		r = qsm_listener_new(ctx[0], &(struct qsm_listener_opts){ .comp_mask = QSM_OPTS_KEEPALIVE,
+				     .addr = (struct sockaddr *)&ss, .cls = &server_class,
+				     .timeouts = { .keepalive_ms = o.keepalive_ms } }, &l);
 		if (r < 0)
 			goto fail;
 	}
@@ -496,9 +518,10 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < o.conns; i++) {
 			struct qsm_conn *q;
 
-			r = qsm_conn_new(cc, &(struct qsm_conn_opts){ .cls = &client_class,
-					 .dst = (struct sockaddr *)&ss,
-					 .policy = { .initial_delay_ms = 100, .max_attempts = o.attempts } }, &q);
+			r = qsm_conn_new(cc, &(struct qsm_conn_opts){ .comp_mask = QSM_OPTS_KEEPALIVE,
+					 .cls = &client_class, .dst = (struct sockaddr *)&ss,
+					 .policy = { .initial_delay_ms = o.backoff_ms, .max_attempts = o.attempts },
+					 .timeouts = { .keepalive_ms = o.keepalive_ms } }, &q);
 			if (r < 0 || (r = qsm_conn_connect(q)) < 0)
 				goto fail;
 		}

@@ -11,6 +11,10 @@ fail() {
 	echo "FAIL: $*"
 	exit 1
 }
+step() { echo "== $*"; }
+# usec: the wall clock in microseconds; ms_since USEC: milliseconds since then
+usec() { echo "${EPOCHREALTIME/[.,]/}"; }
+ms_since() { echo $((($(usec) - $1) / 1000)); }
 
 # vm_setup NAME DEFAULT_N BIN_VAR [N [BINARY]]
 # Sets n, bin (BINARY, else $BIN_VAR, else ./tests/vm/NAME), dev, out, trace
@@ -144,4 +148,38 @@ vm_read() { cat "$QSM_VM_SYNC/$1.$(vm_peer_host)"; }
 # vm_sync NAME SECS: both hosts reach NAME before either goes on; 1 if the peer did not within SECS.
 vm_sync() {
 	vm_post "$1" && vm_await "$1" "$2"
+}
+
+# Assertions that count instead of exiting (the two-host scenarios check every step, then fail).
+vm_failures=0
+# vm_bad WHAT: a failed check, counted
+vm_bad() {
+	echo "FAIL: $*"
+	vm_failures=$((vm_failures + 1))
+}
+# vm_expect LOG PATTERN WHAT: the trace in LOG shows an edge matching PATTERN (grep -E), printed
+# with its count, else a failed check
+vm_expect() {
+	local m
+	m=$(grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$1" | grep -E -- "$2" | sort | uniq -c)
+	if [[ -n $m ]]; then
+		echo "   asserted: $3:"
+		echo "$m" | sed 's/^ */      /; s/^\(      [0-9]*\) /\1 x /'
+	else
+		vm_bad "$(basename "$1"): no $3 (/$2/)"
+	fi
+}
+# vm_edges LOG: every edge of LOG's trace, in order, repeats counted
+vm_edges() { grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$1" | uniq -c | sed 's/^ */      /'; }
+
+# vm_power_off RC [NAME]: this guest ends as a host that loses power: its exit code RC written
+# for tests/vm/run first (and NAME posted for the peer), then the kernel powers off at once
+# (sysrq o): no process exits, no file is closed, no connection ended (no DREQ, no FIN).
+vm_power_off() {
+	echo "$1" >/run/qsm-vm/rc
+	[[ -z ${2:-} ]] || vm_post "$2"
+	sync
+	echo o >/proc/sysrq-trigger
+	sleep 10
+	exit "$1"
 }

@@ -28,44 +28,21 @@ peer=${QSM_VM_PEER:-}
 host=${QSM_VM_HOST:-}
 tmp=${TMPDIR:-/tmp}
 out=${QSM_VM_OUT:-$tmp}
-failures=0
 export QSM_TRACE=1 QSM_RDMACM_STATS=1
 # qsm-ping's output and its trace share one log: stdbuf -oL keeps its lines whole (a ping's line
 # cut by a trace line is not counted)
 
-step() { echo "== $*"; }
-usec() { echo "${EPOCHREALTIME/[.,]/}"; }
-ms_since() { echo $((($(usec) - $1) / 1000)); }
-die() {
-	echo "FAIL: $*"
-	exit 1
-}
-bad() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-# expect LOG PATTERN WHAT: the trace shows PATTERN (an edge, grep -E), else a failure
-expect() {
-	local m
-	m=$(grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$1" | grep -E -- "$2" | sort | uniq -c)
-	if [[ -n $m ]]; then
-		echo "   asserted: $3:"
-		echo "$m" | sed 's/^ */      /; s/^\(      [0-9]*\) /\1 x /'
-	else
-		bad "$(basename "$1"): no $3 (/$2/)"
-	fi
-}
 
-[[ ${QSM_VM:-} == 1 ]] || die "not inside the test VM (run it with tests/vm/run --hosts 2)"
-[[ -n $host && -n $peer && -n ${QSM_VM_SYNC:-} ]] || die "two hosts only: tests/vm/run --hosts 2"
-[[ -x $bin ]] || die "$bin not found (make, from the top of the build tree)"
+[[ ${QSM_VM:-} == 1 ]] || fail "not inside the test VM (run it with tests/vm/run --hosts 2)"
+[[ -n $host && -n $peer && -n ${QSM_VM_SYNC:-} ]] || fail "two hosts only: tests/vm/run --hosts 2"
+[[ -x $bin ]] || fail "$bin not found (make, from the top of the build tree)"
 echo "host $host: $me on ${QSM_VM_NETDEV:-?} (${QSM_VM_DEV:-?}), peer $peer"
 
 # ---- 0. the wire ------------------------------------------------------------------------------
-vm_sync up 120 || die "the peer never came up (120 s)"
+vm_sync up 120 || fail "the peer never came up (120 s)"
 step "0: the wire: ping $peer"
 busybox ping -c 3 -W 2 "$peer" | tail -n 2 | sed 's/^/   /'
-[[ ${PIPESTATUS[0]} == 0 ]] || die "no IP path to the peer over the wire"
+[[ ${PIPESTATUS[0]} == 0 ]] || fail "no IP path to the peer over the wire"
 
 # ---- 1. connections across the wire -------------------------------------------------------------
 port=7300
@@ -81,35 +58,35 @@ if [[ $host == a ]]; then
 	src=$?
 	grep -v '^qsm ' "$slog" | sed 's/^/   server: /'
 	echo "   server exit $src ($(ms_since "$t0") ms)"
-	[[ $src == 0 ]] || bad "the server exited $src"
-	grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || bad "the server did not serve $n connections cleanly"
-	grep -q 'unexpected 0,' "$slog" || bad "the server saw an unexpected event"
-	expect "$slog" "NEW --CONNECT_REQUEST--> REQUESTED" "a connection request from the peer"
-	expect "$slog" "ACCEPTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
-	expect "$slog" "LIVE --DISCONNECTED--> DRAINING" "the peer's disconnect (DREQ or stream end) received"
+	[[ $src == 0 ]] || vm_bad "the server exited $src"
+	grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || vm_bad "the server did not serve $n connections cleanly"
+	grep -q 'unexpected 0,' "$slog" || vm_bad "the server saw an unexpected event"
+	vm_expect "$slog" "NEW --CONNECT_REQUEST--> REQUESTED" "a connection request from the peer"
+	vm_expect "$slog" "ACCEPTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
+	vm_expect "$slog" "LIVE --DISCONNECTED--> DRAINING" "the peer's disconnect (DREQ or stream end) received"
 	d=$(grep -c -- '--DRAINED--> CLOSED' "$slog")
-	[[ $d == "$n" ]] || bad "the server drained $d queues of $n"
+	[[ $d == "$n" ]] || vm_bad "the server drained $d queues of $n"
 	echo "   $d queue(s) drained; $(grep -h '^qsm rdmacm: posts' "$slog" | sed 's/^qsm rdmacm: //')"
 else
 	step "1: b connects $n queues to $peer port $port, 3 pings each"
 	clog=$tmp/wire1-client.log
-	vm_await listening1 60 || die "a never listened"
+	vm_await listening1 60 || fail "a never listened"
 	t0=$(usec)
 	timeout -s KILL 120 stdbuf -oL "$bin" -c -v -a "$peer" -p $port -n "$n" -C 3 -d "$out/wire-client.dot" >"$clog" 2>&1
 	crc=$?
 	grep -v '^qsm \|ping data' "$clog" | sed 's/^/   client: /'
 	echo "   client exit $crc ($(ms_since "$t0") ms), pings $(grep -c '^ping data: rdma-ping-' "$clog")"
-	[[ $crc == 0 ]] || bad "the client exited $crc"
-	grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || bad "the client's $n connections did not all succeed"
-	grep -q 'unexpected 0,' "$clog" || bad "the client saw an unexpected event"
-	[[ $(grep -c '^ping data: rdma-ping-' "$clog") == $((3 * n)) ]] || bad "pings: expected $((3 * n))"
-	expect "$clog" "ADDR_RESOLVING --ADDR_RESOLVED--> ROUTE_RESOLVING" "the peer's address resolved (ARP/ND on the wire)"
-	expect "$clog" "CONNECTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
-	expect "$clog" "LIVE --DISCONNECT--> DISCONNECTING" "its own disconnect"
+	[[ $crc == 0 ]] || vm_bad "the client exited $crc"
+	grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || vm_bad "the client's $n connections did not all succeed"
+	grep -q 'unexpected 0,' "$clog" || vm_bad "the client saw an unexpected event"
+	[[ $(grep -c '^ping data: rdma-ping-' "$clog") == $((3 * n)) ]] || vm_bad "pings: expected $((3 * n))"
+	vm_expect "$clog" "ADDR_RESOLVING --ADDR_RESOLVED--> ROUTE_RESOLVING" "the peer's address resolved (ARP/ND on the wire)"
+	vm_expect "$clog" "CONNECTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
+	vm_expect "$clog" "LIVE --DISCONNECT--> DISCONNECTING" "its own disconnect"
 	d=$(grep -c -- '--DRAINED--> CLOSED' "$clog")
-	[[ $d == "$n" ]] || bad "the client drained $d queues of $n"
+	[[ $d == "$n" ]] || vm_bad "the client drained $d queues of $n"
 fi
-vm_sync done1 150 || bad "the peer did not finish step 1"
+vm_sync done1 150 || vm_bad "the peer did not finish step 1"
 
 # give_up LOG SECS ADDR PORT: b's client connects to ADDR PORT (2 attempts) and must give up:
 # exit 1, no unexpected event, the trace shown; el = its wall time in ms
@@ -121,9 +98,9 @@ give_up() {
 	el=$(ms_since "$t0")
 	grep -E -- '-->' "$1" | sed 's/^/   /'
 	echo "   client exit $crc after $el ms: $(grep -h 'giving up\|connection(s)' "$1" | tr '\n' ' ')"
-	[[ $crc == 1 ]] || bad "the client exited $crc, expected 1 (gave up)"
-	grep -q 'unexpected 0,' "$1" || bad "an unexpected event"
-	expect "$1" "--GIVE_UP[^>]*--> FAILED" "giving up after its attempts"
+	[[ $crc == 1 ]] || vm_bad "the client exited $crc, expected 1 (gave up)"
+	grep -q 'unexpected 0,' "$1" || vm_bad "an unexpected event"
+	vm_expect "$1" "--GIVE_UP[^>]*--> FAILED" "giving up after its attempts"
 }
 
 # ---- 2. no listener on the peer ----------------------------------------------------------------
@@ -133,13 +110,13 @@ if [[ $host == b ]]; then
 	give_up "$clog" 60 "$peer" 7399
 	if [[ ${QSM_VM_TRANSPORT:-rxe} == siw ]]; then
 		# iWARP: the TCP connect inside rdma_connect is refused: the call fails
-		expect "$clog" "CONNECTING --(CONNECT_ERROR|REJECTED)[^>]*--> RECONNECT_WAIT" "the refused connect"
+		vm_expect "$clog" "CONNECTING --(CONNECT_ERROR|REJECTED)[^>]*--> RECONNECT_WAIT" "the refused connect"
 	else
-		expect "$clog" "CONNECTING --REJECTED[^>]*--> RECONNECT_WAIT" "REJECTED by the peer's CM (no listener)"
+		vm_expect "$clog" "CONNECTING --REJECTED[^>]*--> RECONNECT_WAIT" "REJECTED by the peer's CM (no listener)"
 	fi
-	((el < 20000)) || bad "giving up took $el ms (a refusal is immediate; 2 attempts, 100 ms apart)"
+	((el < 20000)) || vm_bad "giving up took $el ms (a refusal is immediate; 2 attempts, 100 ms apart)"
 fi
-vm_sync done2 90 || bad "the peer did not finish step 2"
+vm_sync done2 90 || vm_bad "the peer did not finish step 2"
 
 # ---- 3. an address no host has -----------------------------------------------------------------------
 if [[ $host == b ]]; then
@@ -148,10 +125,10 @@ if [[ $host == b ]]; then
 	step "3: b connects to $nobody, which no host has (2 attempts)"
 	clog=$tmp/wire3-client.log
 	give_up "$clog" 90 "$nobody" 7300
-	expect "$clog" "ADDR_RESOLVING --(ADDR_ERROR|TIMEOUT)[^>]*--> RECONNECT_WAIT" "the address never resolved"
-	! grep -q -- "--ADDR_RESOLVED-->" "$clog" || bad "an address no host has was resolved"
+	vm_expect "$clog" "ADDR_RESOLVING --(ADDR_ERROR|TIMEOUT)[^>]*--> RECONNECT_WAIT" "the address never resolved"
+	! grep -q -- "--ADDR_RESOLVED-->" "$clog" || vm_bad "an address no host has was resolved"
 fi
-vm_sync done3 120 || bad "the peer did not finish step 3"
+vm_sync done3 120 || vm_bad "the peer did not finish step 3"
 
 # ---- 4. loss, delay and reordering on the wire ---------------------------------------------------
 # lossy NAME NETEM PORT CONNS PINGS: each host's egress through tc netem NETEM; a serves CONNS
@@ -160,10 +137,10 @@ vm_sync done3 120 || bad "the peer did not finish step 3"
 lossy() {
 	local name=$1 netem=$2 port=$3 conns=$4 pings=$5 log rc t0
 	step "$name: netem $netem on both hosts' egress; $conns connections x $pings pings"
-	vm_sync "$name-start" 60 || bad "the peer did not reach $name"
+	vm_sync "$name-start" 60 || vm_bad "the peer did not reach $name"
 	# shellcheck disable=SC2086 # netem's words
-	tc qdisc add dev "$QSM_VM_NETDEV" root netem $netem || { bad "tc qdisc add ... netem $netem"; return; }
-	vm_sync "$name-netem" 60 || bad "the peer did not set up netem"
+	tc qdisc add dev "$QSM_VM_NETDEV" root netem $netem || { vm_bad "tc qdisc add ... netem $netem"; return; }
+	vm_sync "$name-netem" 60 || vm_bad "the peer did not set up netem"
 	log=$tmp/wire-$name-$host.log
 	t0=$(usec)
 	if [[ $host == a ]]; then
@@ -174,7 +151,7 @@ lossy() {
 		vm_wait_bounded "$spid" 190
 		rc=$?
 	else
-		vm_await "$name-listening" 60 || bad "a never listened"
+		vm_await "$name-listening" 60 || vm_bad "a never listened"
 		timeout -s KILL 180 stdbuf -oL "$bin" -c -v -a "$peer" -p "$port" -n "$conns" -C "$pings" >"$log" 2>&1
 		rc=$?
 	fi
@@ -182,13 +159,13 @@ lossy() {
 	tc qdisc del dev "$QSM_VM_NETDEV" root
 	grep -v '^qsm \|ping data' "$log" | sed 's/^/   /'
 	echo "   exit $rc after $(ms_since "$t0") ms"
-	[[ $rc == 0 ]] || bad "$name: exited $rc"
-	grep -q "^qsm-ping: $conns connection(s), 0 failed" "$log" || bad "$name: not every connection succeeded"
-	grep -q 'unexpected 0,' "$log" || bad "$name: an unexpected event"
+	[[ $rc == 0 ]] || vm_bad "$name: exited $rc"
+	grep -q "^qsm-ping: $conns connection(s), 0 failed" "$log" || vm_bad "$name: not every connection succeeded"
+	grep -q 'unexpected 0,' "$log" || vm_bad "$name: an unexpected event"
 	if [[ $host == b ]]; then
 		local got
 		got=$(grep -c '^ping data: rdma-ping-' "$log")
-		[[ $got == $((conns * pings)) ]] || bad "$name: $got pings validated, expected $((conns * pings))"
+		[[ $got == $((conns * pings)) ]] || vm_bad "$name: $got pings validated, expected $((conns * pings))"
 		echo "   $got pings validated"
 	fi
 	# no flap: each queue LIVE once, none left LIVE by an error; the client's queues end by their
@@ -196,19 +173,19 @@ lossy() {
 	local flap='LIVE --(WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
 	[[ $host == b ]] && flap='LIVE --(DISCONNECTED|WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
 	! grep -Eq -- "$flap" "$log" ||
-		bad "$name: a queue flapped: $(grep -Eo -- "$flap[^>]*-->" "$log" | sort | uniq -c | tr '\n' ' ')"
+		vm_bad "$name: a queue flapped: $(grep -Eo -- "${flap}[^>]*-->" "$log" | sort | uniq -c | tr '\n' ' ')"
 	[[ $(grep -c -- '--READY--> LIVE' "$log") == "$conns" ]] ||
-		bad "$name: $(grep -c -- '--READY--> LIVE' "$log") times LIVE for $conns queues"
-	expect "$log" "CONNECTED --READY--> LIVE" "LIVE through the lossy wire, once a queue"
+		vm_bad "$name: $(grep -c -- '--READY--> LIVE' "$log") times LIVE for $conns queues"
+	vm_expect "$log" "CONNECTED --READY--> LIVE" "LIVE through the lossy wire, once a queue"
 	# every disconnect reached the peer: the client's DREQ answered (not its timer: a cm_id
 	# destroyed while its DREQ is resent cancels the resends, and the server never hears), the
 	# server's queues each told DISCONNECTED
 	local want='DISCONNECTING --DISCONNECTED--> CLOSING'
 	[[ $host == a ]] && want='LIVE --DISCONNECTED--> DRAINING'
 	[[ $(grep -c -- "$want" "$log") == "$conns" ]] ||
-		bad "$name: $(grep -c -- "$want" "$log") of $conns queues took $want"
-	expect "$log" "$want" "every disconnect through the lossy wire"
-	vm_sync "$name-done" 200 || bad "the peer did not finish $name"
+		vm_bad "$name: $(grep -c -- "$want" "$log") of $conns queues took $want"
+	vm_expect "$log" "$want" "every disconnect through the lossy wire"
+	vm_sync "$name-done" 200 || vm_bad "the peer did not finish $name"
 }
 # loss tests the transport, not the address family: IPv4 only (time)
 if [[ $me != *:* ]]; then
@@ -229,9 +206,9 @@ if [[ $host == a ]]; then
 	spid=$!
 	vm_wait_listen $port || echo "   (no LISTEN cm_id seen for port $port; going on)"
 	vm_post listening5
-	vm_await live5 60 || bad "b never said it was LIVE"
+	vm_await live5 60 || vm_bad "b never said it was LIVE"
 	# the server itself (timeout's child: stdbuf and libtool's wrapper exec it), not timeout
-	pkill -KILL -P "$spid" || bad "no server process to kill"
+	pkill -KILL -P "$spid" || vm_bad "no server process to kill"
 	wait "$spid" 2>/dev/null
 	echo "   server 1 killed; $(grep -c -- '--READY--> LIVE' "$log") queue(s) LIVE in its trace"
 	sleep 2
@@ -241,13 +218,13 @@ if [[ $host == a ]]; then
 	vm_wait_bounded "$spid" 110
 	rc=$?
 	grep -v '^qsm \|ping data' "$log" | sed 's/^/   server 2: /'
-	[[ $rc == 0 ]] || bad "server 2 exited $rc"
-	grep -q '^qsm-ping: 1 connection(s), 0 failed' "$log" || bad "server 2 did not serve the reconnected queue"
-	expect "$log" "NEW --CONNECT_REQUEST--> REQUESTED" "the client's queue back, at the new server"
+	[[ $rc == 0 ]] || vm_bad "server 2 exited $rc"
+	grep -q '^qsm-ping: 1 connection(s), 0 failed' "$log" || vm_bad "server 2 did not serve the reconnected queue"
+	vm_expect "$log" "NEW --CONNECT_REQUEST--> REQUESTED" "the client's queue back, at the new server"
 else
 	step "5: b pings a 2,000 times; a's server is killed under it, a new one comes up"
 	log=$tmp/wire5-client.log
-	vm_await listening5 60 || die "a never listened (step 5)"
+	vm_await listening5 60 || fail "a never listened (step 5)"
 	timeout -s KILL 120 stdbuf -oL "$bin" -c -v -a "$peer" -p $port -A 20 -C 2000 >"$log" 2>&1 &
 	cpid=$!
 	wait_live() { grep -q -- '--READY--> LIVE' "$log"; }
@@ -259,19 +236,19 @@ else
 	# qsm-ping counts a connection failed once it lost its QP, reconnect or not (exit 1): the
 	# edges and the pings say what happened
 	echo "   client exit $rc; $(grep -c '^ping data: rdma-ping-' "$log") pings validated; its edges, in order:"
-	grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$log" | uniq -c | sed 's/^ */      /'
-	expect "$log" "CONNECTING --(REJECTED|CONNECT_ERROR)[^>]*--> RECONNECT_WAIT" "refused while no server listened"
-	grep -q 'unexpected 0,' "$log" || bad "an unexpected event"
-	expect "$log" "LIVE --DISCONNECTED--> DRAINING" "the killed server's connection ended by its kernel"
-	expect "$log" "--READY--> LIVE" "LIVE, then LIVE again at the new server"
-	[[ $(grep -c -- '--READY--> LIVE' "$log") == 2 ]] || bad "LIVE $(grep -c -- '--READY--> LIVE' "$log") times, expected 2"
-	[[ $(grep -c '^ping data: rdma-ping-' "$log") == 2000 ]] || bad "not all 2,000 pings validated"
+	vm_edges "$log"
+	vm_expect "$log" "CONNECTING --(REJECTED|CONNECT_ERROR)[^>]*--> RECONNECT_WAIT" "refused while no server listened"
+	grep -q 'unexpected 0,' "$log" || vm_bad "an unexpected event"
+	vm_expect "$log" "LIVE --DISCONNECTED--> DRAINING" "the killed server's connection ended by its kernel"
+	vm_expect "$log" "--READY--> LIVE" "LIVE, then LIVE again at the new server"
+	[[ $(grep -c -- '--READY--> LIVE' "$log") == 2 ]] || vm_bad "LIVE $(grep -c -- '--READY--> LIVE' "$log") times, expected 2"
+	[[ $(grep -c '^ping data: rdma-ping-' "$log") == 2000 ]] || vm_bad "not all 2,000 pings validated"
 fi
-vm_sync done5 130 || bad "the peer did not finish step 5"
+vm_sync done5 130 || vm_bad "the peer did not finish step 5"
 
 cp "$tmp"/wire*.log "$out"/ 2>/dev/null
-if ((failures)); then
-	echo "FAIL: host $host: $failures check(s) failed"
+if ((vm_failures)); then
+	echo "FAIL: host $host: $vm_failures check(s) failed"
 	exit 1
 fi
 echo "PASS: host $host: every wire check"
