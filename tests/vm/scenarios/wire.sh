@@ -12,7 +12,8 @@
 #      the address is never resolved (ADDR_ERROR, or the step's timeout), and b gives up;
 #   4. tc netem on both hosts' egress: 1% loss (4 connections x 50 pings), then 10% loss with
 #      50 ms delay and reordering (2 x 10): every ping validated, no queue flaps, every
-#      disconnect reaches the peer (IPv4 only: it tests the transport);
+#      disconnect reaches the peer; both sides probe every 100 ms (keepalive_ms): no probe
+#      fails (IPv4 only: it tests the transport);
 #   5. a's server killed with SIGKILL under b's pings: b takes DISCONNECTED (a's kernel ends the
 #      connection), is refused until a's new server is up, is LIVE again and finishes its pings.
 # Both hosts run this script; QSM_VM_HOST says which one they are.
@@ -144,7 +145,7 @@ lossy() {
 	log=$tmp/wire-$name-$host.log
 	t0=$(usec)
 	if [[ $host == a ]]; then
-		timeout -s KILL 200 stdbuf -oL "$bin" -s -a "$me" -p "$port" -n "$conns" >"$log" 2>&1 &
+		timeout -s KILL 200 stdbuf -oL "$bin" -s -a "$me" -p "$port" -n "$conns" -K 100 >"$log" 2>&1 &
 		local spid=$!
 		vm_wait_listen "$port" || echo "   (no LISTEN cm_id seen for port $port; going on)"
 		vm_post "$name-listening"
@@ -152,7 +153,7 @@ lossy() {
 		rc=$?
 	else
 		vm_await "$name-listening" 60 || vm_bad "a never listened"
-		timeout -s KILL 180 stdbuf -oL "$bin" -c -v -a "$peer" -p "$port" -n "$conns" -C "$pings" >"$log" 2>&1
+		timeout -s KILL 180 stdbuf -oL "$bin" -c -v -a "$peer" -p "$port" -n "$conns" -C "$pings" -K 100 >"$log" 2>&1
 		rc=$?
 	fi
 	tc -s qdisc show dev "$QSM_VM_NETDEV" | grep -E 'netem|Sent|dropped' | head -n 2 | sed 's/^/   tc: /'
@@ -168,10 +169,15 @@ lossy() {
 		[[ $got == $((conns * pings)) ]] || vm_bad "$name: $got pings validated, expected $((conns * pings))"
 		echo "   $got pings validated"
 	fi
+	# keepalive (-K 100) on both sides: probes through the lossy wire, none failed (a false alarm
+	# would be a WC_ERROR, a flap)
+	grep '^qsm rdmacm: keepalive' "$log" | sed 's/^/   /'
+	grep -Eq '^qsm rdmacm: keepalive probes [1-9][0-9]*, failed 0$' "$log" ||
+		vm_bad "$name: no keepalive probe, or one failed"
 	# no flap: each queue LIVE once, none left LIVE by an error; the client's queues end by their
-	# own disconnect (the server's by the client's, DISCONNECTED)
-	local flap='LIVE --(WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
-	[[ $host == b ]] && flap='LIVE --(DISCONNECTED|WC_ERROR|QP_FATAL|UNREACHABLE|TIMEOUT)'
+	# own disconnect (the server's by the client's, DISCONNECTED); LIVE --TIMEOUT--> LIVE is a probe
+	local flap='LIVE --(WC_ERROR|QP_FATAL|UNREACHABLE)'
+	[[ $host == b ]] && flap='LIVE --(DISCONNECTED|WC_ERROR|QP_FATAL|UNREACHABLE)'
 	! grep -Eq -- "$flap" "$log" ||
 		vm_bad "$name: a queue flapped: $(grep -Eo -- "${flap}[^>]*-->" "$log" | sort | uniq -c | tr '\n' ' ')"
 	[[ $(grep -c -- '--READY--> LIVE' "$log") == "$conns" ]] ||
