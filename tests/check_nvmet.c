@@ -37,8 +37,8 @@ int __real_qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len);
 int __wrap_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len);
 int __wrap_qsm_conn_reject(struct qsm_conn *q, const void *pdata, size_t len);
 
-/* And --wrap=qsm_conn_post_read, _recv, _send: the RDMA READs the target posts, counted, and the
- * order of its receives ('r') and sends ('s'), logged. */
+/* And --wrap=qsm_conn_post_read, _recv, _list: the RDMA READs the target posts, counted, and the
+ * order of its receives ('r') and of its lists of sends ('[...]'), logged. */
 static struct qsm_ctx *tctx;
 static unsigned reads_posted;
 static char posts[64];
@@ -49,10 +49,6 @@ int __wrap_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct q
 			      uint64_t raddr, uint32_t rkey, unsigned flags);
 int __real_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n);
 int __wrap_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n);
-int __real_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
-			      unsigned flags);
-int __wrap_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
-			      unsigned flags);
 
 int __wrap_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
 			      uint64_t raddr, uint32_t rkey, unsigned flags)
@@ -73,11 +69,19 @@ int __wrap_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct q
 	return __real_qsm_conn_post_recv(q, wr_id, sg, n);
 }
 
-int __wrap_qsm_conn_post_send(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
-			      unsigned flags)
+
+/* A list posted at once (one doorbell): '[', then each WR ('w' an RDMA WRITE, 's' a SEND, 'R' a
+ * READ), then ']'. */
+int __real_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
+int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
+int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted)
 {
-	post_logged(q, 's');
-	return __real_qsm_conn_post_send(q, wr_id, sg, n, flags);
+	post_logged(q, '[');
+	for (int i = 0; i < n; i++)
+		post_logged(q, wrs[i].opcode == QSM_WR_RDMA_WRITE ? 'w' :
+			       wrs[i].opcode == QSM_WR_SEND ? 's' : wrs[i].opcode == QSM_WR_RDMA_READ ? 'R' : '?');
+	post_logged(q, ']');
+	return __real_qsm_conn_post_list(q, wrs, n, posted);
 }
 
 int __wrap_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
@@ -852,7 +856,8 @@ START_TEST(test_identify_reports_the_in_capsule_data_size_in_ioccsz)
 END_TEST
 
 /* A write whose data is in its capsule: the target takes it from there, posts no RDMA READ,
- * posts the receive again before the response, and the data is in the namespace and reads back; so is an I/O queue's Connect, whose 1024 bytes
+ * posts the receive again before the response, and the data is in the namespace and reads back
+ * (the read's data and response posted as one list); so is an I/O queue's Connect, whose 1024 bytes
  * the kernel host sends in the capsule once IOCCSZ has room. */
 START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read)
 {
@@ -878,15 +883,19 @@ START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read
 	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
 	/* the receive the data came in is posted again before the response that frees the host
 	 * to send its next capsule */
-	ck_assert_str_eq(posts, "rs");
+	ck_assert_str_eq(posts, "r[s]");
 	ck_assert_uint_eq(reads_posted, 0);
 	ck_assert_uint_eq(g_stats.in_capsule, 2);
 	ck_assert_uint_eq(g_stats.writes, 1);
 	ck_assert_mem_eq(g_ns + (40 << NVMET_LBA_SHIFT), data, sizeof(data));
 
+	/* the read's data and its response go in one list, one doorbell: the WRITE, then the SEND */
 	memset(io->io, 0, sizeof(data));
+	memset(posts, 0, sizeof(posts));
+	nposts = 0;
 	s = rw_capsule(io, NVME_CMD_READ, 11, 40, 8, sizeof(data));
 	ck_assert_int_eq(host_ask(io, &s, 11, NULL), NVME_SC_SUCCESS);
+	ck_assert_str_eq(posts, "r[ws]");
 	ck_assert_mem_eq(io->io, data, sizeof(data));
 }
 END_TEST

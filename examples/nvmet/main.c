@@ -53,7 +53,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
 		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-I ICD[K]]\n"
-		"                 [-d DOTFILE] [-P] [-v]\n"
+		"                 [-K MS] [-d DOTFILE] [-P] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
@@ -70,7 +70,11 @@ static void usage(void)
 		"  -d: the ctx's machines as dot (qsm_ctx_write_dot(3)) to DOTFILE on SIGUSR1 and at\n"
 		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n"
 		"  -P: poll mode: the loop never sleeps (epoll_wait with no timeout, dispatch again at\n"
-		"  once), as a storage target's poll-mode reactor: no interrupt, a core busy.\n");
+		"  once), as a storage target's poll-mode reactor: no interrupt, a core busy.\n"
+		"  -K MS: every queue probes its host every MS ms (keepalive_ms, qsm_conn_new(3)): a\n"
+		"  host that vanished without a word (powered off, the network cut) is found once\n"
+		"  the RC retries run out, and its queues and controller are freed (default 0: none;\n"
+		"  the host's own Keep Alive is not enforced here).\n");
 	exit(2);
 }
 
@@ -91,6 +95,7 @@ static uint64_t parse_size(const char *s)
 
 static const char *g_dot;   /* -d: where the live picture goes */
 static int g_poll;           /* -P: never sleep in epoll_wait */
+static unsigned g_keepalive_ms; /* -K: the queues' keepalive_ms */
 
 /* The live picture, to -d's file (replaced whole: a reader never sees half of one). */
 static void write_picture(struct qsm_ctx *ctx)
@@ -148,7 +153,7 @@ int main(int argc, char **argv)
 	uint64_t icd;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:d:Pvh")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:K:d:Pvh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -171,6 +176,7 @@ int main(int argc, char **argv)
 			break;
 		case 'd': g_dot = optarg; break;
 		case 'P': g_poll = 1; break;
+		case 'K': g_keepalive_ms = (unsigned)atoi(optarg); break;
 		case 'v': g_opts.verbose = 1; break;
 		default: usage();
 		}
@@ -210,9 +216,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "qsm-nvmet: %s\n", strerror(-r));
 		return 1;
 	}
-	r = qsm_listener_new(ctx, &(struct qsm_listener_opts){
+	r = qsm_listener_new(ctx, &(struct qsm_listener_opts){ .comp_mask = QSM_OPTS_KEEPALIVE,
 		.addr = (struct sockaddr *)&ss, .cls = &nvmet_queue_class,
-		.relisten = { .initial_delay_ms = 200, .max_delay_ms = 1000 } }, &l);
+		.relisten = { .initial_delay_ms = 200, .max_delay_ms = 1000 },
+		.timeouts = { .keepalive_ms = g_keepalive_ms } }, &l);
 	if (r < 0) {
 		fprintf(stderr, "qsm-nvmet: listen on %s:%u: %s\n", g_opts.addr, g_opts.port, strerror(-r));
 		goto out;

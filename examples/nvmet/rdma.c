@@ -217,8 +217,9 @@ static int recv_release(struct nvmet_req *r)
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 {
 	struct nvmet_queue *nq = r->nq;
-	struct qsm_sge s;
-	int rc;
+	struct qsm_sge ds, rs;
+	struct qsm_wr wr[2];
+	int rc, n = 0, posted = 0;
 
 	recv_release(r);
 	if (status)
@@ -232,24 +233,26 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	r->rsp->sqid = htole16(nq->qid);
 	r->rsp->cid = r->cmd.cid;
 	r->rsp->status = htole16((uint16_t)(status << 1));
+	/* A read's data and its response in one list, one doorbell (as the kernel's nvmet-rdma
+	 * chains them); RC ordering places the data before the response that follows it.  The
+	 * WRITE is unsignaled: the response's completion covers it. */
 	if (!status && r->c2h_len) {
-		/* RC ordering: the data is placed before the response that follows it */
-		s = (struct qsm_sge){ .addr = (uintptr_t)r->c2h, .length = r->c2h_len, .lkey = r->c2h_lkey };
-		rc = qsm_conn_post_write(nq->q, WR_ID(WR_WRITE, r->idx), &s, 1, r->raddr, r->rkey, 0);
-		if (rc < 0) {
-			req_put(r);
-			if (rc != -ENOTCONN)
-				nq_fail(nq, "cannot post RDMA WRITE");
-			return;
-		}
+		ds = (struct qsm_sge){ .addr = (uintptr_t)r->c2h, .length = r->c2h_len, .lkey = r->c2h_lkey };
+		wr[n++] = (struct qsm_wr){ .wr_id = WR_ID(WR_WRITE, r->idx), .opcode = QSM_WR_RDMA_WRITE,
+					   .sg_list = &ds, .num_sge = 1, .remote_addr = r->raddr,
+					   .rkey = r->rkey };
 	}
-	s = (struct qsm_sge){ .addr = (uintptr_t)r->rsp, .length = sizeof(*r->rsp),
-			      .lkey = qsm_mr_lkey(nq->rsp_mr) };
-	rc = qsm_conn_post_send(nq->q, WR_ID(WR_SEND, r->idx), &s, 1, QSM_POST_SIGNALED);
+	rs = (struct qsm_sge){ .addr = (uintptr_t)r->rsp, .length = sizeof(*r->rsp),
+			       .lkey = qsm_mr_lkey(nq->rsp_mr) };
+	wr[n++] = (struct qsm_wr){ .wr_id = WR_ID(WR_SEND, r->idx), .opcode = QSM_WR_SEND, .sg_list = &rs,
+				   .num_sge = 1, .flags = QSM_POST_SIGNALED };
+	rc = qsm_conn_post_list(nq->q, wr, n, &posted);
 	if (rc < 0) {
+		/* nothing of it will complete to us: the response never went (an unsignaled WRITE
+		 * posted before it completes with nothing) */
 		req_put(r);
 		if (rc != -ENOTCONN)
-			nq_fail(nq, "cannot post the response");
+			nq_fail(nq, n == 2 && !posted ? "cannot post RDMA WRITE" : "cannot post the response");
 	}
 }
 
