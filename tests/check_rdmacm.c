@@ -934,6 +934,57 @@ START_TEST(test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_
 }
 END_TEST
 
+/* The keepalive probe's completion is never the ULP's: its success and its flush change nothing;
+ * its failure (the RC retries ran out: the peer is gone) moves the QP to ERR and is the id's
+ * WC_ERROR, an event, once; a probe asked for after that pushes the WC_ERROR again (the first
+ * may have been lost for memory), and a probe of another QP is dropped. */
+START_TEST(test_a_probe_completes_to_no_ulp_and_its_failure_is_the_ids_wc_error)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	struct qsm_pending *p;
+	uint64_t probe;
+
+	wc_rig_new(&r);
+	ck_assert_int_eq(qsm_pending_init(&r.f->pq), 0);
+	probe = TAG_MARKER | r.id->qp_key | TAG_PROBE;
+	r.id->probe_out = true;
+	wc_push(probe, IBV_WC_SUCCESS, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(!r.id->probe_out && !r.id->qp_err);
+	ck_assert_ptr_null(qsm_pending_pop(&r.f->pq));
+	r.id->probe_out = true;
+	wc_in_len = wc_in_next = 0;
+	wc_push(probe, IBV_WC_RETRY_EXC_ERR, WC_QPN + 1, 0, 0, 0);   /* another QP's: stale */
+	wc_push(probe, IBV_WC_RETRY_EXC_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(r.id->qp_err && r.id->probe_failed && !r.id->probe_out);
+	ck_assert_uint_eq(r.f->probes_failed, 1);
+	ck_assert_ptr_nonnull(p = qsm_pending_pop(&r.f->pq));
+	ck_assert_int_eq(p->event, QSM_EV_WC_ERROR);
+	ck_assert_int_eq(p->status, -EIO);
+	ck_assert_ptr_eq(p->id, r.id);
+	qsm_pending_release(p);
+	ck_assert_ptr_null(qsm_pending_pop(&r.f->pq));
+	/* still probed: the queue never took it, so it is pushed again */
+	ck_assert_int_eq(qsm_rc_probe(r.id), 0);
+	ck_assert_ptr_nonnull(p = qsm_pending_pop(&r.f->pq));
+	ck_assert_int_eq(p->event, QSM_EV_WC_ERROR);
+	qsm_pending_release(p);
+	/* a flushed probe (the QP drained with it out) is nothing either */
+	r.id->probe_failed = false;
+	r.id->probe_out = true;
+	wc_in_len = wc_in_next = 0;
+	wc_push(probe, IBV_WC_WR_FLUSH_ERR, WC_QPN, 0, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(!r.id->probe_out && !r.id->probe_failed);
+	ck_assert_ptr_null(qsm_pending_pop(&r.f->pq));
+	ck_assert_int_eq(qsm_rc_probe(NULL), -ENOTCONN);
+	qsm_pending_fini(&r.f->pq);
+	wc_rig_free(&r);
+}
+END_TEST
+
 /* A QP let go of with WRs on it (a drain past its timeout): flush_qp takes each once, in each
  * work queue's post order, as the fabric's flush (an unsignaled send only as the device reports
  * it); the provider's reports after that are stale, and no DRAINED is due. */
@@ -1291,6 +1342,7 @@ static Suite *rdmacm_suite(void)
 	t = tcase_create("completions");
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
+	tcase_add_test(t, test_a_probe_completes_to_no_ulp_and_its_failure_is_the_ids_wc_error);
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);

@@ -257,13 +257,19 @@ int qsm_rc_post_late(struct qsm_fid *id, int q, const struct qsm_fabric_wr *wr, 
  * (IBA C9-88; rxe's check_rkey and siw take it so), which still acknowledges it: it costs the
  * peer nothing, and a peer whose QP is gone (its host died, the wire was cut: no DREQ ever
  * came) never acknowledges it, so the RC retries run out and it fails with RETRY_EXC_ERR.
- * Signaled, in the QP's one more send slot; one at a time.
+ * Signaled, in the QP's one more send slot; one at a time.  A probe asked for after one failed
+ * means its WC_ERROR never moved the queue (the event was lost for memory: pending_push): it
+ * is pushed again, so a queue is never left LIVE on a dead QP.
  */
 int qsm_rc_probe(struct qsm_fid *id)
 {
 	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
 	int r;
 
+	if (id && id->probe_failed) {
+		pending_push(id->fab, QSM_EV_WC_ERROR, -EIO, id, NULL, false);
+		return 0;
+	}
 	if (!id || !qsm_rc_fid_has_qp(id) || !id->qp_rts || id->qp_err || id->draining)
 		return -ENOTCONN;
 	if (id->probe_out)
@@ -284,6 +290,7 @@ void qsm_rc_probe_came(struct qsm_fid *id, enum ibv_wc_status status)
 	/* the QP is in ERR now, as after any WR's error; the probe was no WR of the ULP's, so its
 	 * failure is an event of the id, once, and the ULP's WRs flush behind it */
 	id->fab->probes_failed++;
+	id->probe_failed = true;
 	id->qp_err = true;
 	qsm_rc_wq_flush_heads(id);
 	pending_push(id->fab, QSM_EV_WC_ERROR, -EIO, id, NULL, false);

@@ -194,6 +194,7 @@ struct qsm_fid {
 	struct qsm_list qp_node;         /* in dev->qps[] */
 	bool draining, fatal_sent;
 	bool probe_out;                  /* a keepalive probe is on the QP (qsm_rc_probe) */
+	bool probe_failed;               /* and it failed: WC_ERROR was pushed */
 	bool qp_err;                     /* the QP is known to be in ERR: posts are flushed by us */
 	bool qp_rts;                     /* librdmacm moved the QP to RTS (accept, or ESTABLISHED) */
 	bool flush_all;                  /* the drain marker came: every WR left is flushed by us */

@@ -481,7 +481,7 @@ static void qp_state_free(struct qsm_fid *id)
 	wq_fini(&id->wq[WQ_SEND]);
 	wq_fini(&id->wq[WQ_RECV]);
 	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = id->last_wqe = false;
-	id->probe_out = false;
+	id->probe_out = id->probe_failed = false;
 }
 
 int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
@@ -552,7 +552,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 		goto fail;
 	}
 	id->srq = a->srq;
-	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = id->probe_out = false;
+	id->draining = id->fatal_sent = id->qp_err = id->qp_rts = id->probe_out = id->probe_failed = false;
 	id->cq = cq;
 	id->qp_wrs = wrs;
 	d->nqps++;
