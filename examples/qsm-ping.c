@@ -558,6 +558,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "qsm-ping: %llu unexpected event(s)\n", (unsigned long long)cnt.unexpected);
 			r = 1;
 		}
+		/* every item taken from the ctx went somewhere (qsm_ctx_counters(3)) */
+		printf("qsm-ping: %s counter identity: popped + aborts + device_closes %llu, dispatched + "
+		       "dropped + completions %llu: %s\n", o.sim ? (i ? "client" : "server") : "ctx",
+		       (unsigned long long)(cnt.popped + cnt.aborts + cnt.device_closes),
+		       (unsigned long long)(cnt.dispatched + cnt.dropped + cnt.completions),
+		       cnt.popped + cnt.aborts + cnt.device_closes == cnt.dispatched + cnt.dropped + cnt.completions
+			       ? "holds" : "BROKEN");
 	}
 	if (o.dot) {
 		FILE *f = fopen(o.dot, "w");

@@ -169,6 +169,13 @@ vm_expect() {
 		vm_bad "$(basename "$1"): no $3 (/$2/)"
 	fi
 }
+# vm_identity LOG: qsm-ping's ctx in LOG printed its counter identity (popped + aborts +
+# device_closes == dispatched + dropped + completions), and it holds
+vm_identity() {
+	if ! grep -q 'counter identity: .*: holds$' "$1" || grep -q 'counter identity: .*BROKEN' "$1"; then
+		vm_bad "$(basename "$1"): the counter identity is broken, or was not printed"
+	fi
+}
 # vm_edges LOG: every edge of LOG's trace, in order, repeats counted
 vm_edges() { grep -Eo -- '[A-Z_]+ --[^>]*--> [A-Z_]+' "$1" | uniq -c | sed 's/^ */      /'; }
 

@@ -118,6 +118,7 @@ cut() {
 		vm_edges "$log"
 		grep -q "^qsm-ping: $conns connection(s)" "$log" || vm_bad "the server did not serve $conns connection(s)"
 		grep -q 'unexpected 0,' "$log" || vm_bad "the server saw an unexpected event"
+		vm_identity "$log"
 		vm_expect "$log" "LIVE --TIMEOUT--> LIVE" "keepalive probes"
 		if [[ $name == short ]]; then
 			[[ $rc == 0 ]] || vm_bad "the server exited $rc"
@@ -152,6 +153,7 @@ cut() {
 		vm_edges "$log"
 		[[ $(pings_of "$log") == 2000 ]] || vm_bad "$(pings_of "$log") of 2,000 pings validated"
 		grep -q 'unexpected 0,' "$log" || vm_bad "the client saw an unexpected event"
+		vm_identity "$log"
 		! grep -q -- 'LIVE --DISCONNECTED-->' "$log" || vm_bad "DISCONNECTED through a cut wire"
 		if [[ $name == short ]]; then
 			[[ $rc == 0 ]] || vm_bad "the client exited $rc"
@@ -195,7 +197,9 @@ if [[ $host == a ]]; then
 		vm_bad "the server saw $(grep -c -- 'NEW --CONNECT_REQUEST--> REQUESTED' "$log") of 6 connections"
 	vm_expect "$log" "LIVE --(DISCONNECTED|WC_ERROR)[^>]*--> DRAINING" "b's old queues ended"
 	grep -q 'unexpected 0,' "$log" || vm_bad "the server saw an unexpected event"
+	vm_identity "$log"
 	grep -q 'unexpected 0,' "$clog" || vm_bad "a's own client saw an unexpected event"
+	vm_identity "$clog"
 else
 	step "2: b pings a on 2 queues (1,500 each); its $dev removed under them and added again"
 	log=$tmp/faults2-client.log
@@ -218,6 +222,7 @@ else
 	[[ $(grep -c -- '--READY--> LIVE' "$log") == 4 ]] || vm_bad "LIVE $(grep -c -- '--READY--> LIVE' "$log") times, expected 4"
 	[[ $(pings_of "$log") == 3000 ]] || vm_bad "$(pings_of "$log") of 3,000 pings validated"
 	grep -q 'unexpected 0,' "$log" || vm_bad "the client saw an unexpected event"
+	vm_identity "$log"
 fi
 vm_sync done2 200 || vm_bad "the peer did not finish step 2"
 
@@ -291,6 +296,7 @@ fi
 [[ $rc == 0 || $rc == 1 ]] || vm_bad "the client exited $rc"
 grep -q '^qsm-ping: 1 connection(s)' "$log" || vm_bad "the client did not finish"
 grep -q 'unexpected 0,' "$log" || vm_bad "the client saw an unexpected event"
+vm_identity "$log"
 ! grep -q -- '(unexpected: stays)' "$slog" || vm_bad "the new server saw an unexpected event"
 
 cp "$tmp"/faults*.log "$out"/ 2>/dev/null

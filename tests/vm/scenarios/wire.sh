@@ -62,6 +62,7 @@ if [[ $host == a ]]; then
 	[[ $src == 0 ]] || vm_bad "the server exited $src"
 	grep -q "^qsm-ping: $n connection(s), 0 failed" "$slog" || vm_bad "the server did not serve $n connections cleanly"
 	grep -q 'unexpected 0,' "$slog" || vm_bad "the server saw an unexpected event"
+	vm_identity "$slog"
 	vm_expect "$slog" "NEW --CONNECT_REQUEST--> REQUESTED" "a connection request from the peer"
 	vm_expect "$slog" "ACCEPTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
 	vm_expect "$slog" "LIVE --DISCONNECTED--> DRAINING" "the peer's disconnect (DREQ or stream end) received"
@@ -80,6 +81,7 @@ else
 	[[ $crc == 0 ]] || vm_bad "the client exited $crc"
 	grep -q "^qsm-ping: $n connection(s), 0 failed" "$clog" || vm_bad "the client's $n connections did not all succeed"
 	grep -q 'unexpected 0,' "$clog" || vm_bad "the client saw an unexpected event"
+	vm_identity "$clog"
 	[[ $(grep -c '^ping data: rdma-ping-' "$clog") == $((3 * n)) ]] || vm_bad "pings: expected $((3 * n))"
 	vm_expect "$clog" "ADDR_RESOLVING --ADDR_RESOLVED--> ROUTE_RESOLVING" "the peer's address resolved (ARP/ND on the wire)"
 	vm_expect "$clog" "CONNECTING --ESTABLISHED--> CONNECTED" "ESTABLISHED across the wire"
@@ -101,6 +103,7 @@ give_up() {
 	echo "   client exit $crc after $el ms: $(grep -h 'giving up\|connection(s)' "$1" | tr '\n' ' ')"
 	[[ $crc == 1 ]] || vm_bad "the client exited $crc, expected 1 (gave up)"
 	grep -q 'unexpected 0,' "$1" || vm_bad "an unexpected event"
+	vm_identity "$1"
 	vm_expect "$1" "--GIVE_UP[^>]*--> FAILED" "giving up after its attempts"
 }
 
@@ -163,6 +166,7 @@ lossy() {
 	[[ $rc == 0 ]] || vm_bad "$name: exited $rc"
 	grep -q "^qsm-ping: $conns connection(s), 0 failed" "$log" || vm_bad "$name: not every connection succeeded"
 	grep -q 'unexpected 0,' "$log" || vm_bad "$name: an unexpected event"
+	vm_identity "$log"
 	if [[ $host == b ]]; then
 		local got
 		got=$(grep -c '^ping data: rdma-ping-' "$log")
@@ -245,6 +249,7 @@ else
 	vm_edges "$log"
 	vm_expect "$log" "CONNECTING --(REJECTED|CONNECT_ERROR)[^>]*--> RECONNECT_WAIT" "refused while no server listened"
 	grep -q 'unexpected 0,' "$log" || vm_bad "an unexpected event"
+	vm_identity "$log"
 	vm_expect "$log" "LIVE --DISCONNECTED--> DRAINING" "the killed server's connection ended by its kernel"
 	vm_expect "$log" "--READY--> LIVE" "LIVE, then LIVE again at the new server"
 	[[ $(grep -c -- '--READY--> LIVE' "$log") == 2 ]] || vm_bad "LIVE $(grep -c -- '--READY--> LIVE' "$log") times, expected 2"
