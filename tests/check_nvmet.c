@@ -455,8 +455,11 @@ static void teardown(void)
 	struct qsm_sim_stats st;
 	struct qsm_counters c;
 
+	char line[512];
+
 	ck_assert_int_eq(qsm_ctx_counters(tctx, &c, sizeof(c)), 0);
 	ck_assert_uint_eq(c.unexpected, 0);
+	ck_assert_msg(nvmet_identities(line, sizeof(line)), "target identities: %s", line);
 	qsm_ctx_free(hctx);
 	nvmet_queues_take_all();
 	qsm_ctx_free(tctx);
@@ -1267,6 +1270,114 @@ START_TEST(test_identify_says_the_namespace_is_shared_by_the_controllers)
 }
 END_TEST
 
+/* The loop's clock at now_ms, a dispatch that caught up, the tick. */
+static int ka_tick(uint64_t now_ms)
+{
+	nvmet_keep_alive_clock(now_ms);
+	return nvmet_keep_alive_tick();
+}
+
+/* Set Features Keep Alive Timer (cdw11: KATO, ms); not pumped. */
+static void host_send_set_kato(struct host *h, uint16_t cid, uint32_t kato)
+{
+	struct nvme_sqe s = sqe_of(NVME_ADMIN_SET_FEATURES, cid);
+
+	s.cdw10 = htole32(NVME_FEAT_KATO);
+	s.cdw11 = htole32(kato);
+	host_send(h, &s);
+}
+
+/* The Keep Alive Timer: a host that sends no command for KATO (15 s in its Connect) and KAS's
+ * slack (1 s) loses its controller, every queue of the association disconnected and the
+ * controller freed with the last; any command restarts the timer (a Keep Alive, or I/O); the
+ * tick says when to look next. */
+START_TEST(test_a_host_silent_for_kato_loses_its_association)
+{
+	struct host *a, *io;
+	struct nvme_sqe ka = sqe_of(NVME_ADMIN_KEEP_ALIVE, 20), rd;
+
+	ck_assert_int_eq(ka_tick(1000), -1);   /* no controller: no timer */
+	io = host_io_up(&a);
+	ck_assert_int_eq(ka_tick(1000), 16000);
+	/* a Keep Alive at 11 s: due at 27 s */
+	ck_assert_int_eq(ka_tick(11000), 6000);
+	host_send(a, &ka);
+	pump();
+	ck_assert_int_eq(host_status(a, 20, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(ka_tick(17000), 10000);   /* looked at 17 s: 27 s now */
+	/* a read on the I/O queue at 24 s: due at 40 s */
+	ck_assert_int_eq(ka_tick(24000), 3000);
+	rd = rw_capsule(io, NVME_CMD_READ, 2, 0, 1, 512);
+	host_send(io, &rd);
+	pump();
+	ck_assert_int_eq(host_status(io, 2, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(ka_tick(27000), 13000);
+	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert_int_eq(ka_tick(39999), 1);
+	pump();
+	ck_assert(a->live && io->live);
+	/* silent from 24 s: at 40 s the association ends */
+	ck_assert_int_eq(ka_tick(40000), -1);
+	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	pump();
+	ck_assert(a->lost && a->released);
+	ck_assert(io->lost && io->released);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(g_stats.ctrls_freed, 1);
+}
+END_TEST
+
+/* KATO 0 (Set Features) turns the timer off; another value is rounded up to KAS (1 s); one
+ * controller's expiry leaves another's association alone. */
+START_TEST(test_kato_zero_is_no_timer_and_kato_rounds_up_to_kas)
+{
+	struct host *a, *b;
+
+	ka_tick(0);
+	host_admin_up(0, &a, 1);
+	host_admin_up(1, &b, 1);
+	host_send_set_kato(a, 10, 0);
+	host_send_set_kato(b, 10, 1500);
+	pump();
+	ck_assert_int_eq(host_status(a, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(b, 10, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(ka_tick(2999), 1);   /* b's 1.5 s is 2 s, 3 s with KAS */
+	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert_int_eq(ka_tick(3000), -1);  /* a has none */
+	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	pump();
+	ck_assert(b->lost && b->released);
+	ck_assert(a->live);
+	ck_assert_int_eq(ka_tick(3600000), -1);
+	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+	host_close(a);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+}
+END_TEST
+
+/* The timers are looked at after a dispatch that caught up: a Keep Alive that waited for a
+ * target held up past the host's KATO (descheduled, or behind a storm) counts when it is
+ * dispatched, and the association stays. */
+START_TEST(test_a_command_that_waited_for_a_late_target_keeps_the_association)
+{
+	struct host *a;
+	struct nvme_sqe ka = sqe_of(NVME_ADMIN_KEEP_ALIVE, 20);
+
+	ka_tick(1000);
+	host_admin_up(0, &a, 1);                  /* due at 17 s */
+	host_send(a, &ka);                        /* sent in time, taken at 30 s */
+	nvmet_keep_alive_clock(30000);
+	pump();
+	ck_assert_int_eq(host_status(a, 20, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(nvmet_keep_alive_tick(), 16000);
+	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert(a->live);
+	host_close(a);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -1274,6 +1385,9 @@ static Suite *nvmet_suite(void)
 
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_host_connects_admin_and_io_queues_and_closing_frees_all);
+	tcase_add_test(t, test_a_host_silent_for_kato_loses_its_association);
+	tcase_add_test(t, test_kato_zero_is_no_timer_and_kato_rounds_up_to_kas);
+	tcase_add_test(t, test_a_command_that_waited_for_a_late_target_keeps_the_association);
 	tcase_add_test(t, test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_the_queue);
 	tcase_add_test(t, test_pipelined_connects_on_one_queue_make_one_controller);
 	tcase_add_test(t, test_duplicate_io_connects_bind_once_and_admin_close_frees_the_controller);

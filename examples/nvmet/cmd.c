@@ -3,6 +3,8 @@
  * Event Request, Abort) and the NVM I/O commands (Read, Write, Flush) on one RAM namespace.
  * One controller per host association: created by the admin queue's Connect (dynamic
  * controller model), found by cntlid by the I/O queues' Connect, freed with its last queue. */
+#include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,8 @@ struct nvmet_ctrl {
 	char hostnqn[256];
 	uint8_t hostid[16];
 	uint32_t cc, csts, kato, aec;
+	uint64_t ka_last;                       /* ms, the loop's clock: its last command */
+	int ka_expired;                         /* its Keep Alive Timer expired: it is ending */
 	unsigned nr_io_queues;                  /* granted by Set Features Number of Queues */
 	struct nvmet_queue *queues[NVMET_MAX_QID + 1];
 	unsigned nqueues;
@@ -29,6 +33,82 @@ struct nvmet_ctrl {
 
 static struct nvmet_ctrl *ctrls;
 static uint16_t last_cntlid;
+
+/* ---- the Keep Alive Timer ----
+ * A fabrics controller must support Keep Alive (NVMe-oF; KAS is 1 s here): a host that sends no
+ * command for KATO ms (rounded up to KAS, as the base spec rounds it) is gone, and its
+ * association ends -- the only way a target learns that a host vanished without a word on a
+ * transport that retries forever (soft-RoCE takes the kernel host's RC retry count 7 so).  Any
+ * command on any of the controller's queues restarts the timer (traffic based, as TBKAS lets a
+ * host count on; a Keep Alive is one of them): one store per command, on the loop's clock
+ * (nvmet_keep_alive_clock), no clock read.  The timers are looked at only after a dispatch that
+ * caught up (nvmet_keep_alive_tick): a target that was itself held up (descheduled, or behind
+ * a storm) first takes the commands that waited for it, and never ends an association for
+ * its own delay.  KATO 0 turns the timer off (a discovery controller,
+ * usually).  A controller is due KAS after KATO: slack for the loop's clock and the command's
+ * transit, so that a host keeping to KATO (older Linux hosts send a Keep Alive every KATO, newer
+ * ones every half) is never taken for gone.  The controllers are scanned only when the earliest
+ * can be due (ka_next). */
+#define NVMET_KAS_MS 1000
+static uint64_t ka_now, ka_next = UINT64_MAX;
+
+static uint64_t kato_of(const struct nvmet_ctrl *c)
+{
+	return (c->kato + NVMET_KAS_MS - 1ull) / NVMET_KAS_MS * NVMET_KAS_MS;
+}
+
+static uint64_t ka_due(const struct nvmet_ctrl *c)
+{
+	return c->ka_last + kato_of(c) + NVMET_KAS_MS;
+}
+
+static void ka_arm(struct nvmet_ctrl *c)
+{
+	c->ka_last = ka_now;
+	if (c->kato && ka_due(c) < ka_next)
+		ka_next = ka_due(c);
+}
+
+/* Expired: CSTS.CFS, and every queue of the association disconnected; the controller goes with
+ * its last queue (nvmet_queue_detach), as when the host closes them. */
+static void ka_expire(struct nvmet_ctrl *c)
+{
+	c->ka_expired = 1;
+	c->csts |= NVME_CSTS_CFS;
+	g_stats.kato_expired++;
+	LOG("controller %u (%s): no command in %" PRIu64 " ms (KATO %" PRIu64 " ms): keep alive "
+	    "timeout, ending the association", c->cntlid, c->hostnqn, ka_now - c->ka_last, kato_of(c));
+	for (unsigned i = 0; i <= NVMET_MAX_QID; i++)
+		if (c->queues[i])
+			qsm_conn_disconnect(c->queues[i]->q);
+}
+
+void nvmet_keep_alive_clock(uint64_t now_ms)
+{
+	ka_now = now_ms;
+}
+
+int nvmet_keep_alive_tick(void)
+{
+	uint64_t now_ms = ka_now;
+
+	if (now_ms >= ka_next) {
+		ka_next = UINT64_MAX;
+		for (struct nvmet_ctrl *c = ctrls; c; c = c->next) {
+			uint64_t due = ka_due(c);
+
+			if (!c->kato || c->ka_expired)
+				continue;
+			if (due <= now_ms)
+				ka_expire(c);
+			else if (due < ka_next)
+				ka_next = due;
+		}
+	}
+	if (ka_next == UINT64_MAX)
+		return -1;
+	return ka_next - now_ms > INT_MAX ? INT_MAX : (int)(ka_next - now_ms);
+}
 
 unsigned nvmet_ctrls_live(void)
 {
@@ -47,6 +127,8 @@ void nvmet_ctrls_free_all(void)
 		ctrls = c->next;
 		free(c);
 	}
+	ka_now = 0;
+	ka_next = UINT64_MAX;
 }
 
 static struct nvmet_ctrl *ctrl_find(uint16_t cntlid)
@@ -249,6 +331,7 @@ static void connect_data_ready(struct nvmet_req *r)
 		}
 		c->discovery = discovery;
 		c->kato = le32toh(cmd->kato);
+		ka_arm(c);
 		memcpy(c->hostid, d->hostid, sizeof(c->hostid));
 		snprintf(c->hostnqn, sizeof(c->hostnqn), "%s", d->hostnqn);
 		LOG("controller %u: %s for %s (admin queue %u, kato %u ms)", c->cntlid,
@@ -428,7 +511,7 @@ static void identify_ctrl(struct nvmet_ctrl *c, uint8_t *id)
 	id[260] = 1;                             /* FRMW: slot 1 read-only */
 	id[261] = 0;                             /* LPA */
 	id[263] = 0;                             /* NPSS */
-	put_le16(id + 320, 10);                  /* KAS: 100 ms units; mandatory for fabrics */
+	put_le16(id + 320, NVMET_KAS_MS / 100);  /* KAS: 100 ms units; mandatory for fabrics */
 	id[512] = 0x66;                          /* SQES: 64 bytes */
 	id[513] = 0x44;                          /* CQES: 16 bytes */
 	put_le16(id + 514, NVMET_MAX_DEPTH);     /* MAXCMD */
@@ -623,8 +706,10 @@ static void exec_features(struct nvmet_req *r, struct nvmet_ctrl *c, int set)
 		result = c->aec;
 		break;
 	case NVME_FEAT_KATO:
-		if (set)
+		if (set) {
 			c->kato = cdw11;
+			ka_arm(c);
+		}
 		result = c->kato;
 		break;
 	default:
@@ -752,6 +837,8 @@ void nvmet_exec(struct nvmet_req *r)
 {
 	struct nvmet_ctrl *c = r->nq->ctrl;
 
+	if (c)   /* the host is there: its Keep Alive Timer starts again */
+		c->ka_last = ka_now;
 	if (r->cmd.opcode == NVME_FABRICS_COMMAND) {
 		exec_fabrics(r);
 		return;

@@ -26,6 +26,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <qsm/rdmacm.h>
@@ -115,6 +116,7 @@ static void write_picture(struct qsm_ctx *ctx)
 static void print_counters(struct qsm_ctx *ctx)
 {
 	struct qsm_counters c;
+	char line[512];
 
 	if (qsm_ctx_counters(ctx, &c, sizeof(c)) == 0)
 		LOG("qsm counters: unexpected %" PRIu64 ", dispatched %" PRIu64 ", transitions %" PRIu64
@@ -123,20 +125,28 @@ static void print_counters(struct qsm_ctx *ctx)
 		    ", devices_live %" PRIu64,
 		    c.unexpected, c.dispatched, c.transitions, c.completions, c.dropped, c.orphans,
 		    c.aborts, c.action_errors, c.device_removals, c.queues_live, c.devices_live);
+	if (qsm_ctx_counters(ctx, &c, sizeof(c)) == 0)   /* every item taken went somewhere */
+		LOG("ctx counter identity: popped + aborts + device_closes %" PRIu64 ", dispatched + "
+		    "dropped + completions %" PRIu64 ": %s", c.popped + c.aborts + c.device_closes,
+		    c.dispatched + c.dropped + c.completions,
+		    c.popped + c.aborts + c.device_closes == c.dispatched + c.dropped + c.completions
+			    ? "holds" : "BROKEN");
+	nvmet_identities(line, sizeof(line));
+	LOG("target identities: %s", line);
 	LOG("target counters: queues requested %" PRIu64 " rejected %" PRIu64 " accepted %" PRIu64
 	    " live %" PRIu64 " released %" PRIu64 "; controllers created %" PRIu64 " freed %" PRIu64
 	    " live %u; connects %" PRIu64 " (errors %" PRIu64 "); commands %" PRIu64 " (admin %" PRIu64
 	    ", io %" PRIu64 ", error status %" PRIu64 ", interrupted by the limits %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
 	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64
-	    "; data in the capsule %" PRIu64,
+	    "; data in the capsule %" PRIu64 "; keep alive timeouts %" PRIu64,
 	    g_stats.queues_requested, g_stats.queues_rejected, g_stats.queues_accepted,
 	    g_stats.queues_live, g_stats.queues_released, g_stats.ctrls_created, g_stats.ctrls_freed,
 	    nvmet_ctrls_live(), g_stats.connects, g_stats.connect_errors, g_stats.cmds,
 	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.interrupted, g_stats.reads, g_stats.bytes_read,
 	    g_stats.writes, g_stats.bytes_written, g_stats.flushes, g_stats.wc_errors,
 	    g_stats.protocol_errors, g_stats.device_removals, g_stats.reads_waited,
-	    g_stats.in_capsule);
+	    g_stats.in_capsule, g_stats.kato_expired);
 }
 
 int main(int argc, char **argv)
@@ -148,7 +158,7 @@ int main(int argc, char **argv)
 	struct qsm_listener *l;
 	struct qsm_counters cnt;
 	sigset_t sigs;
-	int c, r, ep = -1, sfd = -1, stop = 0, rc = 1;
+	int c, r, ep = -1, sfd = -1, stop = 0, rc = 1, ka = -1;
 	unsigned max_batch = 0;
 	uint64_t icd;
 
@@ -248,10 +258,13 @@ int main(int argc, char **argv)
 
 	while (!stop) {
 		struct epoll_event evs[4];
+		struct timespec now;
 		int wait = qsm_ctx_next_timeout_ms(ctx), n;
 
 		if (wait < 0 || wait > 1000)
 			wait = 1000;
+		if (ka >= 0 && ka < wait)   /* the next Keep Alive Timer that can be due */
+			wait = ka;
 		if (g_poll)
 			wait = 0;
 		n = epoll_wait(ep, evs, 4, wait);
@@ -273,12 +286,18 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		/* bounded: at most BUDGET events, then back to the loop (timers due included) */
+		/* bounded: at most BUDGET events, then back to the loop (timers due included); the
+		 * commands it runs are stamped with the loop's clock (the Keep Alive Timers) */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		nvmet_keep_alive_clock((uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000);
 		r = qsm_ctx_dispatch(ctx, BUDGET);
 		if (r < 0) {
 			fprintf(stderr, "qsm-nvmet: dispatch: %s\n", strerror(-r));
 			break;
 		}
+		/* caught up: the Keep Alive Timers; not before, or a host would pay for the
+		 * target's own delay (a queue the tick disconnected is work pending now) */
+		ka = r < BUDGET ? nvmet_keep_alive_tick() : 0;
 		if ((unsigned)r > max_batch)
 			max_batch = (unsigned)r;
 	}

@@ -193,6 +193,7 @@ enum {
 #define NVME_CC_EN 0x1
 #define NVME_CC_SHN(cc) (((cc) >> 14) & 3)
 #define NVME_CSTS_RDY 0x1
+#define NVME_CSTS_CFS 0x2      /* controller fatal status */
 #define NVME_CSTS_SHST_CMPLT (2u << 2)
 
 /* Identify CNS values. */

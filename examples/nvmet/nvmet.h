@@ -49,9 +49,14 @@ struct nvmet_stats {
 	uint64_t ctrls_created, ctrls_freed, connects, connect_errors;
 	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
 	uint64_t interrupted;    /* commands turned away by the per-controller limits */
+	uint64_t kato_expired;   /* controllers whose Keep Alive Timer expired */
 	uint64_t reads_waited;   /* RDMA READs that waited for the queue's read window */
 	uint64_t in_capsule;     /* commands whose host data came in their capsule (no READ) */
 	uint64_t bytes_read, bytes_written;
+	/* for the identities (nvmet_identities) */
+	uint64_t queues_dropped; /* given up before the accept went out: no release follows */
+	uint64_t answered;       /* commands answered (a response built and posted, or tried) */
+	uint64_t unanswered;     /* commands whose queue closed before they were answered */
 };
 
 extern struct nvmet_opts g_opts;
@@ -94,6 +99,7 @@ struct nvmet_req {
 	 * back when the slot is free again, or when the queue leaves the controller */
 	int counted;
 	uint32_t held;
+	int answered;            /* nvmet_complete ran for it */
 };
 
 /* A queue (passive rdma-qsm queue): the class's private area. */
@@ -135,6 +141,11 @@ void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 unsigned nvmet_queues_live(void);      /* requested and not yet released */
 void nvmet_queues_take_all(void);      /* at exit, before qsm_ctx_free() */
 void nvmet_queues_free_all(void);      /* at exit, after qsm_ctx_free() */
+/* The target's counter identities, at any time: every queue requested is released, dropped or
+ * still open; every controller created is freed or live; every command capsule is answered,
+ * was left unanswered by its queue's close, or is in flight.  1 if all hold; the figures as one
+ * line in buf. */
+int nvmet_identities(char *buf, size_t len);
 
 /* cmd.c: the controller */
 void nvmet_exec(struct nvmet_req *r);  /* a new command capsule */
@@ -142,5 +153,12 @@ void nvmet_queue_detach(struct nvmet_queue *nq);   /* the queue is closing */
 void nvmet_req_done(struct nvmet_req *r);          /* its slot is free again */
 unsigned nvmet_ctrls_live(void);
 void nvmet_ctrls_free_all(void);
+/* The Keep Alive Timers.  The loop's clock, in ms (CLOCK_MONOTONIC), before each dispatch: the
+ * commands it runs are stamped with it.  The tick, after a dispatch that caught up (took every
+ * event there was): a controller whose host sent no command for its KATO ends its association.
+ * It returns the ms until the next controller can be due (at most INT_MAX), -1 if none has a
+ * timer: the loop's wait, at most. */
+void nvmet_keep_alive_clock(uint64_t now_ms);
+int nvmet_keep_alive_tick(void);
 
 #endif

@@ -16,6 +16,7 @@
  *                    queue itself before it returns.
  * Every other edge is the base class's: CONNECTED -> ready, losses drain and close. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,10 +57,34 @@ unsigned nvmet_queues_live(void)
 	return n;
 }
 
+int nvmet_identities(char *buf, size_t len)
+{
+	uint64_t in_flight = 0;
+	unsigned open = nvmet_queues_live(), ctrls = nvmet_ctrls_live();
+	int q_ok, c_ok, cmd_ok;
+
+	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++)
+			in_flight += nq->reqs[i].busy && !nq->reqs[i].answered;
+	q_ok = g_stats.queues_requested == g_stats.queues_released + g_stats.queues_dropped + open;
+	c_ok = g_stats.ctrls_created == g_stats.ctrls_freed + ctrls;
+	cmd_ok = g_stats.cmds == g_stats.answered + g_stats.unanswered + in_flight;
+	snprintf(buf, len, "queues requested %" PRIu64 " == released %" PRIu64 " + dropped %" PRIu64
+		 " + open %u: %s; controllers created %" PRIu64 " == freed %" PRIu64 " + live %u: %s; "
+		 "commands %" PRIu64 " == answered %" PRIu64 " + unanswered at close %" PRIu64
+		 " + in flight %" PRIu64 ": %s", g_stats.queues_requested, g_stats.queues_released,
+		 g_stats.queues_dropped, open, q_ok ? "holds" : "BROKEN", g_stats.ctrls_created,
+		 g_stats.ctrls_freed, ctrls, c_ok ? "holds" : "BROKEN", g_stats.cmds, g_stats.answered,
+		 g_stats.unanswered, in_flight, cmd_ok ? "holds" : "BROKEN");
+	return q_ok && c_ok && cmd_ok;
+}
+
 /* What the queue allocated itself (the MR handles go with the queue). */
 static void nq_free(struct nvmet_queue *nq)
 {
 	nq_unlink(nq);
+	for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++)
+		g_stats.unanswered += nq->reqs[i].busy && !nq->reqs[i].answered;
 	free(nq->recv_bufs);
 	free(nq->rsps);
 	free(nq->bufs);
@@ -152,6 +177,7 @@ static struct nvmet_req *req_get(struct nvmet_queue *nq)
 		return NULL;
 	r = &nq->reqs[nq->free_list[--nq->nfree]];
 	r->busy = 1;
+	r->answered = 0;
 	r->c2h = NULL;
 	r->c2h_len = 0;
 	r->then = NULL;
@@ -166,6 +192,8 @@ static void req_put(struct nvmet_req *r)
 
 	if (!r->busy)
 		return;
+	/* a command given up unanswered: its queue is closing (nq_fail, or no longer connected) */
+	g_stats.unanswered += !r->answered;
 	nvmet_req_done(r);
 	r->busy = 0;
 	nq->free_list[nq->nfree++] = r->idx;
@@ -221,6 +249,8 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	struct qsm_wr wr[2];
 	int rc, n = 0, posted = 0;
 
+	r->answered = 1;
+	g_stats.answered++;
 	recv_release(r);
 	if (status)
 		g_stats.errors++;
@@ -458,6 +488,7 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 static int nq_undecided(struct nvmet_queue *nq, const char *what, int r)
 {
 	LOG("queue %u: cannot %s the connection request: %s", nq->serial, what, strerror(-r));
+	g_stats.queues_dropped++;
 	nq_free(nq);
 	return 1;
 }
@@ -563,6 +594,7 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 fail:
 	/* non-zero destroys the queue before the accept is sent, without release */
 	LOG("queue %u (qid %u): cannot set up its buffers: %s", nq->serial, nq->qid, strerror(-r));
+	g_stats.queues_dropped++;
 	nq_free(nq);
 	return 1;
 }

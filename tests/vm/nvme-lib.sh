@@ -135,6 +135,18 @@ target_stop() {
 	[[ $trc == 0 ]] || fail "the target exited $trc"
 	grep -q "qsm counters: unexpected 0," "$tlog" || fail "the target counted unexpected events"
 	grep -q "wc errors 0, protocol errors 0" "$tlog" || fail "the target counted errors"
+	target_identities
+}
+
+# target_identities: the target printed its counter identities at its stop (the ctx's: every
+# item taken went somewhere; its own: every queue requested released, every controller created
+# freed, every command answered or closed with its queue), and each holds
+target_identities() {
+	grep -E 'counter identity|target identities' "$tlog" | tail -n 2 | sed 's/^/   /'
+	grep -q 'ctx counter identity: .*: holds$' "$tlog" || fail "the target's ctx counter identity was not printed"
+	grep -q 'target identities: ' "$tlog" || fail "the target's identities were not printed"
+	! grep -E 'counter identity|target identities' "$tlog" | grep -q BROKEN ||
+		fail "a counter identity of the target is broken"
 }
 
 # device_remove: `rdma link delete $dev` under the connected host (bounded: 20 s); the target then

@@ -11,11 +11,11 @@
 #   2. a partition (100% loss both ways) for 20 s, longer than the RC retry limit (~15 s on
 #      rxe), in the middle of fio's writes: the host's keep-alive fails, it tears its queues down
 #      and connects again once the wire heals (its requests wait and are sent again); the
-#      target's old queues learn of the loss from their keepalive probes (or their responses'
-#      error completions) and its old controller is freed -- except that they do not on rxe
-#      (the host's REQ asks retry_count 7, which the target's QPs take and rxe retries forever:
-#      reported, not asserted); fio's verify pass, from its saved state, reads back every
-#      acknowledged write intact.
+#      target's old controller ends on its Keep Alive Timer (no command for the host's KATO:
+#      the association's queues disconnected, the controller freed) -- its queues' keepalive
+#      probes cannot tell it on rxe, whose QPs take the host's REQ retry_count 7 as "retry
+#      forever"; fio's verify pass, from its saved state, reads back every acknowledged write
+#      intact.
 # Then the host disconnects (its controller freed), the target stops: exit 0, no unexpected
 # event, no protocol error. Both hosts run this script; QSM_VM_HOST says which one they are.
 #   tests/vm/run --hosts 2 tests/vm/scenarios/nvme-wire.sh
@@ -72,17 +72,15 @@ if [[ $host == a ]]; then
 	step "target: its queues' edges out of LIVE"
 	grep -Eo -- 'LIVE --[A-Z_]+[^>]*--> [A-Z_]+' "$tlog" | grep -v 'TIMEOUT--> LIVE' | sort | uniq -c | sed 's/^/   /'
 	echo "   keepalive probes taken: $(grep -c -- 'LIVE --TIMEOUT--> LIVE' "$tlog")"
-	# Measured: the controller of before the cut is never freed. The kernel host asks for
-	# retry_count 7 in its REQ (nvme-rdma), the passive side's QP takes the REQ's count, and
-	# rxe takes 7 as "retry forever": the old queues' probes never fail (tests/vm/README.md).
-	# So it is reported, not asserted; the host's new controller must be freed at its
-	# disconnect, and the target must stop cleanly with the old one still there.
-	# shellcheck disable=SC2317 # called through wait_for
-	one_freed() { grep -q "controller .* freed" "$tlog"; }
-	wait_for 20 one_freed ||
-		fail "the host's controller was not freed at its disconnect"
-	step "target: controllers created $(grep -c '(admin queue' "$tlog"), freed $(grep -c 'controller .* freed' "$tlog")" \
-		"(the one of before the cut held by queues whose probes retry forever on rxe)"
+	# The controller of before the cut: the host asked for retry_count 7 in its REQ
+	# (nvme-rdma), the target's QPs take the REQ's count, and rxe takes 7 as "retry forever", so
+	# the old queues' probes never fail (tests/vm/README.md); the controller's Keep Alive Timer
+	# ends it (the host's KATO, 5 s by default, and KAS's second).  Every controller is freed.
+	grep -q "keep alive timeout, ending the association" "$tlog" ||
+		fail "the old controller's Keep Alive Timer never ended it"
+	wait_for 20 all_freed || fail "the target did not free every controller"
+	step "target: controllers created $(grep -c '(admin queue' "$tlog"), freed $(grep -c 'controller .* freed' "$tlog")"
+	grep -E 'keep alive timeout' "$tlog" | sed 's/^/   /'
 	kill -TERM "$tpid"
 	vm_wait_bounded "$tpid" 10
 	trc=$?
@@ -92,8 +90,9 @@ if [[ $host == a ]]; then
 	[[ $trc == 0 ]] || fail "the target exited $trc"
 	grep -q "qsm counters: unexpected 0," "$tlog" || fail "the target counted unexpected events"
 	grep -q "protocol errors 0" "$tlog" || fail "the target counted protocol errors"
+	target_identities
 	vm_post stopped
-	echo "PASS: host a: the target served through loss and a partition, the host's controller freed, a clean stop"
+	echo "PASS: host a: the target served through loss and a partition, the host's old controller ended by its Keep Alive Timer, every controller freed, a clean stop"
 	exit 0
 fi
 
