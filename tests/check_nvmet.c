@@ -43,6 +43,7 @@ static struct qsm_ctx *tctx;
 static unsigned reads_posted;
 static char posts[64];
 static unsigned nposts;
+static unsigned srq_posts;
 int __real_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
 			      uint64_t raddr, uint32_t rkey, unsigned flags);
 int __wrap_qsm_conn_post_read(struct qsm_conn *q, uint64_t wr_id, const struct qsm_sge *sg, int n,
@@ -67,6 +68,17 @@ int __wrap_qsm_conn_post_recv(struct qsm_conn *q, uint64_t wr_id, const struct q
 {
 	post_logged(q, 'r');
 	return __real_qsm_conn_post_recv(q, wr_id, sg, n);
+}
+
+/* A receive posted to the target's SRQ (-Q) is logged as one of a queue's: 'r'. */
+int __real_qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sg, int n);
+int __wrap_qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sg, int n);
+int __wrap_qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm_sge *sg, int n)
+{
+	srq_posts++;
+	if (qsm_srq_ctx(s) == tctx && nposts < sizeof(posts) - 1)
+		posts[nposts++] = 'r';
+	return __real_qsm_srq_post_recv(s, wr_id, sg, n);
 }
 
 
@@ -422,7 +434,8 @@ static void host_close(struct host *h)
 	ck_assert(h->released);
 }
 
-static void setup(void)
+/* The target as main.c makes it, its queues on an SRQ per device when srq_depth is not 0 (-Q). */
+static void setup_with(uint32_t srq_depth)
 {
 	struct qsm_fabric *f;
 	struct qsm_listener *l;
@@ -434,7 +447,8 @@ static void setup(void)
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420,
 		.subnqn = "nqn.2024-01.io.rdma-qsm:check", .ns_size = NS_SIZE, .max_io_queues = 4,
 		.max_ctrls = 4, .max_ctrl_cmds = 1024, .max_ctrl_data = 128u << 20,
-		.icd_size = NVMET_ICD_DEFAULT, .family = AF_INET };
+		.icd_size = NVMET_ICD_DEFAULT, .family = AF_INET, .srq_depth = srq_depth };
+	srq_posts = 0;
 	ck_assert_ptr_nonnull(g_ns = calloc(1, NS_SIZE));
 	ck_assert_int_eq(qsm_sim_new(&sim), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
@@ -446,7 +460,18 @@ static void setup(void)
 	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
 	ck_assert_int_eq(qsm_listener_new(tctx, &(struct qsm_listener_opts){
-		.addr = (struct sockaddr *)&addr, .cls = &nvmet_queue_class }, &l), 0);
+		.addr = (struct sockaddr *)&addr, .cls = nvmet_class(),
+		.relisten = { .initial_delay_ms = 100, .max_delay_ms = 100 } }, &l), 0);
+}
+
+static void setup(void)
+{
+	setup_with(0);
+}
+
+static void setup_srq(void)
+{
+	setup_with(NVMET_MAX_DEPTH);
 }
 
 /* As main.c ends: the target's queues and controllers go without callbacks; nothing leaks. */
@@ -464,6 +489,7 @@ static void teardown(void)
 	nvmet_queues_take_all();
 	qsm_ctx_free(tctx);
 	nvmet_queues_free_all();
+	nvmet_srqs_free_all();
 	nvmet_ctrls_free_all();
 	qsm_sim_get_stats(sim, &st);
 	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs, 0);
@@ -814,6 +840,29 @@ static void host_send_icd_write(struct host *h, uint16_t cid, uint64_t slba, uin
 	host_send_capsule(h, &s, data, cap);
 }
 
+/* A write of len bytes (whole LBAs) in the capsule at slba, the target's posts logged from
+ * here; pumped, and answered success. */
+static void host_icd_write_logged(struct host *h, uint16_t cid, uint64_t slba, const uint8_t *data,
+				  uint32_t len)
+{
+	memset(posts, 0, sizeof(posts));
+	nposts = 0;
+	host_send_icd_write(h, cid, slba, len >> NVMET_LBA_SHIFT, 0, len, data, len);
+	pump();
+	ck_assert_int_eq(host_status(h, cid, NULL), NVME_SC_SUCCESS);
+}
+
+/* Reads len bytes at slba into h->io: answered success, and what data holds. */
+static void host_read_back(struct host *h, uint16_t cid, uint64_t slba, const uint8_t *data,
+			   uint32_t len)
+{
+	struct nvme_sqe s = rw_capsule(h, NVME_CMD_READ, cid, slba, len >> NVMET_LBA_SHIFT, len);
+
+	memset(h->io, 0, len);
+	ck_assert_int_eq(host_ask(h, &s, cid, NULL), NVME_SC_SUCCESS);
+	ck_assert_mem_eq(h->io, data, len);
+}
+
 /* Identify Controller on admin queue a, its page into a->io. */
 static const uint8_t *host_identify_ctrl(struct host *a, uint16_t cid)
 {
@@ -879,11 +928,7 @@ START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read
 	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
 
 	fill(data, sizeof(data), 1);
-	memset(posts, 0, sizeof(posts));
-	nposts = 0;
-	host_send_icd_write(io, 10, 40, 8, 0, sizeof(data), data, sizeof(data));
-	pump();
-	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
+	host_icd_write_logged(io, 10, 40, data, sizeof(data));
 	/* the receive the data came in is posted again before the response that frees the host
 	 * to send its next capsule */
 	ck_assert_str_eq(posts, "r[s]");
@@ -1378,6 +1423,102 @@ START_TEST(test_a_command_that_waited_for_a_late_target_keeps_the_association)
 }
 END_TEST
 
+/* -Q: the queues of a device take their capsules from its one SRQ, filled when it is made (the
+ * first QP): an admin queue and I/O queues of two controllers, none with receives of its own;
+ * a write in the capsule and a keyed one land and read back, every buffer back on the SRQ. */
+START_TEST(test_srq_queues_of_several_hosts_share_the_device_buffers)
+{
+	struct host *a, *io, *b, *io2;
+	uint16_t c2;
+	uint8_t data[NVMET_ICD_DEFAULT];
+	struct nvme_sqe s;
+
+	io = host_io_up(&a);
+	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	ck_assert_uint_ge(srq_posts, NVMET_MAX_DEPTH);   /* filled at once */
+	c2 = host_admin_up(2, &b, 1);
+	io2 = host_up(3, 1, 15);
+	host_send_connect(io2, 1, 1, 15, c2);
+	pump();
+	ck_assert_int_eq(host_status(io2, 1, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(g_stats.srqs_made, 1);         /* one SRQ for the device */
+	fill(data, sizeof(data), 3);
+	host_icd_write_logged(io, 10, 8, data, sizeof(data));
+	ck_assert_str_eq(posts, "r[s]");   /* the buffer back to the SRQ before the response */
+	memcpy(io2->io, data, sizeof(data));
+	s = rw_capsule(io2, NVME_CMD_WRITE, 11, 16, 8, sizeof(data));
+	ck_assert_int_eq(host_ask(io2, &s, 11, NULL), NVME_SC_SUCCESS);
+	ck_assert_mem_eq(g_ns + (8 << NVMET_LBA_SHIFT), data, sizeof(data));
+	ck_assert_mem_eq(g_ns + (16 << NVMET_LBA_SHIFT), data, sizeof(data));
+	host_read_back(io, 12, 16, data, sizeof(data));
+	host_close(io2);
+	host_close(b);
+	host_close(io);
+	host_close(a);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+}
+END_TEST
+
+/* -Q through a removal: the device's SRQ goes with it (what was posted to it with it); after the
+ * re-add the first QP makes a new one, which gets every buffer again, and I/O goes on. */
+START_TEST(test_srq_a_device_removal_takes_the_srq_and_the_new_one_gets_every_buffer)
+{
+	struct host *a, *io;
+	uint8_t data[512];
+	unsigned before;
+
+	io = host_io_up(&a);
+	ck_assert_int_eq(qsm_sim_device_remove(sim, "sim0"), 0);
+	harness_run_for(&world, 1000);
+	ck_assert(a->released && io->released);
+	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
+	harness_run_for(&world, 1000);   /* the listener listens again */
+	before = srq_posts;
+	io = host_io_up(&a);
+	ck_assert_uint_eq(g_stats.srqs_made, 2);
+	ck_assert_uint_ge(srq_posts - before, NVMET_MAX_DEPTH);
+	fill(data, sizeof(data), 5);
+	host_icd_write_logged(io, 10, 0, data, sizeof(data));
+	host_read_back(io, 11, 0, data, sizeof(data));
+	host_close(io);
+	host_close(a);
+}
+END_TEST
+
+/* -Q: a capsule that finds every request slot taken (their responses' SEND completions not
+ * taken yet: on the real stack, a host quick to send its next command while the target's ACKs
+ * lag) waits, in order, for one, holding its SRQ buffer: no protocol error, every command
+ * answered.  Here the slots are few (hrqsize 1: depth + 1) and the host sends depth + 2 Flushes
+ * at once, which the SRQ takes in (a queue's own depth receives would not: RNR). */
+START_TEST(test_srq_a_capsule_beyond_the_free_slots_waits_for_one)
+{
+	struct host *a, *io;
+	uint16_t cntlid = host_admin_up(0, &a, 1);
+	unsigned n = 6;
+
+	io = host_start(1, 1, 3, 1);   /* depth 4, 5 slots */
+	pump();
+	ck_assert(io->live);
+	host_send_connect(io, 1, 1, 3, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io, 1, NULL), NVME_SC_SUCCESS);
+	for (unsigned i = 0; i < n; i++) {
+		struct nvme_sqe s = sqe_of(NVME_CMD_FLUSH, (uint16_t)(10 + i));
+
+		s.nsid = htole32(1);
+		host_send(io, &s);
+	}
+	pump();
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(host_status(io, (uint16_t)(10 + i), NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_gt(g_stats.capsules_waited, 0);
+	ck_assert_uint_eq(g_stats.protocol_errors, 0);
+	ck_assert(io->live);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -1411,6 +1552,21 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held);
 	tcase_add_test(t, test_reads_beyond_the_read_window_wait_and_every_write_lands);
 	tcase_add_test(t, test_identify_says_the_namespace_is_shared_by_the_controllers);
+	suite_add_tcase(s, t);
+	/* -Q: the same target with its queues on an SRQ per device; the data path's tests again */
+	t = tcase_create("srq");
+	tcase_add_checked_fixture(t, setup_srq, teardown);
+	tcase_add_test(t, test_srq_queues_of_several_hosts_share_the_device_buffers);
+	tcase_add_test(t, test_srq_a_device_removal_takes_the_srq_and_the_new_one_gets_every_buffer);
+	tcase_add_test(t, test_srq_a_capsule_beyond_the_free_slots_waits_for_one);
+	tcase_add_test(t, test_host_connects_admin_and_io_queues_and_closing_frees_all);
+	tcase_add_test(t, test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read);
+	tcase_add_test(t, test_in_capsule_data_at_the_edges_of_icd);
+	tcase_add_test(t, test_in_capsule_and_keyed_writes_mix_and_in_capsule_ones_take_no_read_slot);
+	tcase_add_test(t, test_a_queue_closing_with_commands_in_flight_gives_back_what_they_held);
+	tcase_add_test(t, test_reads_beyond_the_read_window_wait_and_every_write_lands);
+	tcase_add_test(t, test_pipelined_connects_on_one_queue_make_one_controller);
+	tcase_add_test(t, test_a_host_silent_for_kato_loses_its_association);
 	suite_add_tcase(s, t);
 	return s;
 }

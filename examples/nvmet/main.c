@@ -54,7 +54,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: qsm-nvmet -a ADDR [-p PORT] [-n SUBNQN] [-s SIZE[K|M|G]] [-q IOQUEUES]\n"
 		"                 [-c CTRLS] [-R CMDS] [-M DATA[K|M|G]] [-D READS] [-I ICD[K]]\n"
-		"                 [-K MS] [-d DOTFILE] [-P] [-v]\n"
+		"                 [-Q SRQ] [-K MS] [-d DOTFILE] [-P] [-v]\n"
 		"  An NVMe over Fabrics RDMA target: one namespace of SIZE bytes of RAM (512-byte\n"
 		"  LBAs, default 64M), subsystem SUBNQN, listening on ADDR:PORT (default 4420),\n"
 		"  plus the discovery subsystem.  At most CTRLS controllers (1..65519, default 16,\n"
@@ -72,10 +72,14 @@ static void usage(void)
 		"  exit (objects by state now, edges taken); SIGUSR1 also prints the counters.\n"
 		"  -P: poll mode: the loop never sleeps (epoll_wait with no timeout, dispatch again at\n"
 		"  once), as a storage target's poll-mode reactor: no interrupt, a core busy.\n"
+		"  -Q SRQ: the queues receive their command capsules on one shared receive queue per\n"
+		"  device of SRQ capsules (128..64K; default: none, each I/O queue receives into its\n"
+		"  own depth x (64 + ICD) bytes), as the kernel's nvmet-rdma and SPDK do.\n"
 		"  -K MS: every queue probes its host every MS ms (keepalive_ms, qsm_conn_new(3)): a\n"
 		"  host that vanished without a word (powered off, the network cut) is found once\n"
-		"  the RC retries run out, and its queues and controller are freed (default 0: none;\n"
-		"  the host's own Keep Alive is not enforced here).\n");
+		"  the RC retries run out, and its queues and controller are freed (default 0: none).\n"
+		"  A host that sends no command for its KATO loses its association whatever -K says\n"
+		"  (the Keep Alive Timer; KAS 1 s).\n");
 	exit(2);
 }
 
@@ -139,14 +143,16 @@ static void print_counters(struct qsm_ctx *ctx)
 	    ", io %" PRIu64 ", error status %" PRIu64 ", interrupted by the limits %" PRIu64 "); reads %" PRIu64 " (%" PRIu64 " bytes), writes %"
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
 	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64
-	    "; data in the capsule %" PRIu64 "; keep alive timeouts %" PRIu64,
+	    "; data in the capsule %" PRIu64 "; keep alive timeouts %" PRIu64
+	    "; shared receive queues made %" PRIu64 "; capsules that waited for a request slot %" PRIu64,
 	    g_stats.queues_requested, g_stats.queues_rejected, g_stats.queues_accepted,
 	    g_stats.queues_live, g_stats.queues_released, g_stats.ctrls_created, g_stats.ctrls_freed,
 	    nvmet_ctrls_live(), g_stats.connects, g_stats.connect_errors, g_stats.cmds,
 	    g_stats.admin_cmds, g_stats.io_cmds, g_stats.errors, g_stats.interrupted, g_stats.reads, g_stats.bytes_read,
 	    g_stats.writes, g_stats.bytes_written, g_stats.flushes, g_stats.wc_errors,
 	    g_stats.protocol_errors, g_stats.device_removals, g_stats.reads_waited,
-	    g_stats.in_capsule, g_stats.kato_expired);
+	    g_stats.in_capsule, g_stats.kato_expired, g_stats.srqs_made,
+	    g_stats.capsules_waited);
 }
 
 int main(int argc, char **argv)
@@ -163,7 +169,7 @@ int main(int argc, char **argv)
 	uint64_t icd;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:K:d:Pvh")) != -1) {
+	while ((c = getopt(argc, argv, "a:p:n:s:q:c:R:M:D:I:Q:K:d:Pvh")) != -1) {
 		switch (c) {
 		case 'a': g_opts.addr = optarg; break;
 		case 'p': g_opts.port = (uint16_t)atoi(optarg); break;
@@ -184,6 +190,7 @@ int main(int argc, char **argv)
 				usage();
 			g_opts.icd_size = (uint32_t)icd;
 			break;
+		case 'Q': g_opts.srq_depth = (uint32_t)parse_size(optarg); if (!g_opts.srq_depth) usage(); break;
 		case 'd': g_dot = optarg; break;
 		case 'P': g_poll = 1; break;
 		case 'K': g_keepalive_ms = (unsigned)atoi(optarg); break;
@@ -198,7 +205,8 @@ int main(int argc, char **argv)
 	    /* a command alone always fits the data limit: a retried command can succeed */
 	    g_opts.max_ctrl_cmds < 1 || g_opts.max_ctrl_cmds > NVMET_MAX_QID * NVMET_MAX_DEPTH ||
 	    g_opts.max_ctrl_data < NVMET_MAX_XFER || g_opts.max_ctrl_data > 1ull << 30 ||
-	    g_opts.max_reads > NVMET_MAX_DEPTH)
+	    g_opts.max_reads > NVMET_MAX_DEPTH ||
+	    (g_opts.srq_depth && (g_opts.srq_depth < NVMET_MAX_DEPTH || g_opts.srq_depth > 65536)))
 		usage();
 	if (getaddrinfo(g_opts.addr, NULL, &hints, &res) != 0) {
 		fprintf(stderr, "qsm-nvmet: %s is not a numeric address\n", g_opts.addr);
@@ -227,7 +235,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = qsm_listener_new(ctx, &(struct qsm_listener_opts){ .comp_mask = QSM_OPTS_KEEPALIVE,
-		.addr = (struct sockaddr *)&ss, .cls = &nvmet_queue_class,
+		.addr = (struct sockaddr *)&ss, .cls = nvmet_class(),
 		.relisten = { .initial_delay_ms = 200, .max_delay_ms = 1000 },
 		.timeouts = { .keepalive_ms = g_keepalive_ms } }, &l);
 	if (r < 0) {
@@ -252,9 +260,10 @@ int main(int argc, char **argv)
 	}
 	LOG("listening on %s port %u: subsystem %s, namespace 1: %" PRIu64 " MiB (%" PRIu64
 	    " LBAs of 512 bytes), up to %u controllers of up to %u I/O queues, %u commands and %"
-	    PRIu64 " KiB of data in flight each, %u bytes of in-capsule data", g_opts.addr, g_opts.port, g_opts.subnqn,
+	    PRIu64 " KiB of data in flight each, %u bytes of in-capsule data, %s", g_opts.addr, g_opts.port, g_opts.subnqn,
 	    g_opts.ns_size >> 20, g_opts.ns_size >> NVMET_LBA_SHIFT, g_opts.max_ctrls,
-	    g_opts.max_io_queues, g_opts.max_ctrl_cmds, g_opts.max_ctrl_data >> 10, g_opts.icd_size);
+	    g_opts.max_io_queues, g_opts.max_ctrl_cmds, g_opts.max_ctrl_data >> 10, g_opts.icd_size,
+	    g_opts.srq_depth ? "receives on each device's shared receive queue (-Q)" : "receives per queue");
 
 	while (!stop) {
 		struct epoll_event evs[4];
@@ -316,6 +325,7 @@ out:
 	nvmet_queues_take_all();
 	qsm_ctx_free(ctx);
 	nvmet_queues_free_all();
+	nvmet_srqs_free_all();
 	nvmet_ctrls_free_all();
 	munmap(g_ns, g_opts.ns_size);
 	return rc;

@@ -39,6 +39,7 @@ struct nvmet_opts {
 	uint64_t max_ctrl_data;  /* bytes of their data in flight (>= NVMET_MAX_XFER) */
 	unsigned max_reads;      /* -D: RDMA READs in flight per queue, at most (0: the connection's) */
 	uint32_t icd_size;       /* -I: in-capsule data of an I/O queue's capsule, bytes */
+	uint32_t srq_depth;      /* -Q: capsules of each device's shared receive queue (0: none) */
 	int verbose;
 	int family;              /* AF_INET / AF_INET6 of addr */
 };
@@ -52,6 +53,8 @@ struct nvmet_stats {
 	uint64_t kato_expired;   /* controllers whose Keep Alive Timer expired */
 	uint64_t reads_waited;   /* RDMA READs that waited for the queue's read window */
 	uint64_t in_capsule;     /* commands whose host data came in their capsule (no READ) */
+	uint64_t srqs_made;      /* shared receive queues made and filled (-Q) */
+	uint64_t capsules_waited; /* capsules that came before a request slot was free again */
 	uint64_t bytes_read, bytes_written;
 	/* for the identities (nvmet_identities) */
 	uint64_t queues_dropped; /* given up before the accept went out: no release follows */
@@ -69,6 +72,7 @@ extern struct qsm_pool *g_ns_pool; /* g_ns, registered once per device (qsm_ctx_
 
 struct nvmet_queue;
 struct nvmet_ctrl;
+struct nvmet_srq;
 
 /* One command in flight: its capsule copied out of the receive buffer, its response capsule
  * and a 4 KiB buffer (both registered), and where its data goes. */
@@ -86,6 +90,7 @@ struct nvmet_req {
 	uint32_t rkey, rlen;
 	const uint8_t *icd;
 	int32_t recv;            /* the receive buffer held, or -1 */
+	struct nvmet_srq *srq;   /* whose buffer recv is: the device's SRQ's, or NULL: the queue's */
 	/* controller -> host data to RDMA WRITE before the response */
 	void *c2h;
 	uint32_t c2h_len, c2h_lkey;
@@ -102,6 +107,13 @@ struct nvmet_req {
 	int answered;            /* nvmet_complete ran for it */
 };
 
+/* A command capsule waiting for a request slot (on_capsule), holding its receive buffer. */
+struct nvmet_capsule {
+	const uint8_t *buf;
+	uint32_t len, idx;
+	struct nvmet_srq *srq;
+};
+
 /* A queue (passive rdma-qsm queue): the class's private area. */
 struct nvmet_queue {
 	struct qsm_conn *q;
@@ -113,12 +125,14 @@ struct nvmet_queue {
 	struct nvmet_ctrl *ctrl;
 	int connecting;          /* a Connect's data is being read: one Connect at a time */
 	uint32_t icd;            /* in-capsule data a capsule may carry: -I on an I/O queue, else 0 */
-	uint8_t *recv_bufs;      /* depth command capsules of NVME_SQE_SIZE + icd bytes */
+	uint8_t *recv_bufs;      /* depth command capsules of NVME_SQE_SIZE + icd bytes (none on an SRQ) */
 	struct nvme_cqe *rsps;   /* nreqs response capsules */
 	uint8_t *bufs;           /* nbufs * NVMET_BUF_SIZE */
 	struct nvmet_req *reqs;
 	uint32_t nreqs, nfree, nbufs;
 	uint32_t *free_list;
+	struct nvmet_capsule *wait;   /* depth capsules waiting for a slot, a ring */
+	uint32_t wait_head, nwait;
 	struct qsm_mr *recv_mr, *rsp_mr, *buf_mr;
 	uint32_t buf_lkey, ns_lkey;
 	/* RDMA READs in flight, at most rd_max (the connection's read depth): the rest wait in
@@ -131,6 +145,10 @@ struct nvmet_queue {
 
 /* rdma.c: the transport */
 extern const struct qsm_class nvmet_queue_class;
+/* The listener's class: nvmet_queue_class, or with -Q (g_opts.srq_depth) its subclass whose
+ * queues receive on their device's SRQ. */
+const struct qsm_class *nvmet_class(void);
+void nvmet_srqs_free_all(void);        /* at exit, after qsm_ctx_free() */
 /* Sends the response (after the RDMA WRITE of r->c2h, if any) and frees r when it is sent.
  * status: SCT << 8 | SC, | NVME_STATUS_DNR. */
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);

@@ -23,8 +23,10 @@
 
 #include "nvmet.h"
 
-enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE };
+enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE, WR_SRQ_RECV };
 #define WR_ID(kind, idx) ((uint64_t)(idx) << 8 | (kind))
+/* an SRQ receive: its device's record (srqs[]) and its buffer there */
+#define WR_ID_SRQ(rec, idx) ((uint64_t)(rec) << 40 | (uint64_t)(idx) << 8 | WR_SRQ_RECV)
 
 static uint32_t next_serial;
 static struct nvmet_queue *all_queues;
@@ -57,18 +59,190 @@ unsigned nvmet_queues_live(void)
 	return n;
 }
 
+/* ---- the shared receive queue of each device (-Q) ----
+ * With -Q N the queues take their command capsules from one SRQ per device (the class's srq,
+ * qsm_srq_post_recv(3)) instead of depth receives each: N buffers of 64 + ICD bytes per device,
+ * whatever the number of queues, as the kernel's nvmet-rdma and SPDK's target do (1,000 queues
+ * of 128 entries would hold 128,000 receives without it).  A device's buffers are allocated
+ * and registered (a pool, qsm_ctx_reg_pool(3)) when its first SRQ is made, and kept for the
+ * target's life under the device's name.  Each buffer is FREE (ours), POSTED (the device's) or
+ * HELD (its capsule's request has it: in-capsule data not yet taken).  The limit is 0, so
+ * srq_low is called only when an SRQ is made: a new one (the first QP on the device, or after a
+ * removal took the old one and whatever was posted to it): every buffer not HELD goes to it.
+ * A buffer is posted back as its request lets it go, on the SRQ of the queue it came in on (the
+ * queue's QP is on it); one whose queue closed first is FREE, and goes back with the next
+ * buffer any queue of the device posts. */
+enum { SRQ_FREE, SRQ_POSTED, SRQ_HELD };
+
+struct nvmet_srq {
+	char dev[64];
+	uint8_t *bufs;           /* n capsules of size bytes */
+	uint8_t *state;          /* SRQ_* per buffer */
+	struct qsm_pool *pool;   /* bufs, registered on every device */
+	uint32_t n, size, nfree;
+};
+
+#define NVMET_MAX_SRQS 64        /* devices a target's SRQs are kept for */
+static struct nvmet_srq *srqs[NVMET_MAX_SRQS];
+static unsigned nsrqs;
+
+static unsigned srq_rec(const struct nvmet_srq *rec)
+{
+	unsigned i = 0;
+
+	while (srqs[i] != rec)
+		i++;
+	return i;
+}
+
+/* FREE (or HELD, let go) buffer i to the device's SRQ s; FREE if it cannot go. */
+static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
+{
+	struct qsm_sge sge = { .addr = (uintptr_t)(rec->bufs + (size_t)i * rec->size), .length = rec->size };
+	int r;
+
+	if (!s || (r = qsm_pool_srq_keys(rec->pool, s, &sge.lkey, NULL)) < 0 ||
+	    (r = qsm_srq_post_recv(s, WR_ID_SRQ(srq_rec(rec), i), &sge, 1)) < 0) {
+		if (rec->state[i] != SRQ_FREE)
+			rec->nfree++;
+		rec->state[i] = SRQ_FREE;
+		return s ? r : -ENODEV;
+	}
+	if (rec->state[i] == SRQ_FREE)
+		rec->nfree--;
+	rec->state[i] = SRQ_POSTED;
+	return 0;
+}
+
+/* The record of s's device: found by name, or made (its buffers allocated and registered). */
+static struct nvmet_srq *srq_record(struct qsm_srq *s)
+{
+	const char *dev = qsm_srq_device_name(s);
+	struct nvmet_srq *rec;
+
+	for (unsigned i = 0; i < nsrqs; i++)
+		if (!strcmp(srqs[i]->dev, dev))
+			return srqs[i];
+	if (nsrqs == NVMET_MAX_SRQS || !(rec = calloc(1, sizeof(*rec))))
+		return NULL;
+	snprintf(rec->dev, sizeof(rec->dev), "%s", dev);
+	rec->n = g_opts.srq_depth;
+	rec->size = NVME_SQE_SIZE + g_opts.icd_size;
+	rec->nfree = rec->n;
+	rec->state = calloc(rec->n, 1);
+	if (posix_memalign((void **)&rec->bufs, 4096, (size_t)rec->n * rec->size))
+		rec->bufs = NULL;
+	if (!rec->state || !rec->bufs ||
+	    qsm_ctx_reg_pool(qsm_srq_ctx(s), rec->bufs, (size_t)rec->n * rec->size,
+			     QSM_ACCESS_LOCAL_WRITE, &rec->pool) < 0) {
+		free(rec->state);
+		free(rec->bufs);
+		free(rec);
+		return NULL;
+	}
+	srqs[nsrqs++] = rec;
+	LOG("%s: a shared receive queue of %u capsules of %u bytes", dev, rec->n, rec->size);
+	return rec;
+}
+
+/* A new SRQ on a device (limit 0: srq_low runs only then): every buffer not HELD goes to it;
+ * what was POSTED went with the old one. */
+static void nq_srq_low(struct qsm_srq *s)
+{
+	struct nvmet_srq *rec = srq_record(s);
+	uint32_t posted = 0;
+
+	if (!rec) {
+		LOG("%s: no buffers for its shared receive queue: its queues will receive nothing",
+		    qsm_srq_device_name(s));
+		return;
+	}
+	g_stats.srqs_made++;
+	for (uint32_t i = 0; i < rec->n; i++) {
+		if (rec->state[i] == SRQ_HELD)
+			continue;
+		if (rec->state[i] == SRQ_POSTED) {   /* the old SRQ's: gone with it */
+			rec->state[i] = SRQ_FREE;
+			rec->nfree++;
+		}
+		posted += srq_post(rec, s, i) == 0;
+	}
+	VLOG("%s: %u receives posted to its new shared receive queue", rec->dev, posted);
+}
+
+/* An SRQ receive came in on nq: its buffer is HELD, or NULL for a wr_id of no buffer. */
+static uint8_t *srq_take(uint64_t wr_id, struct nvmet_srq **recp, uint32_t *idxp)
+{
+	uint64_t ri = wr_id >> 40;
+	uint32_t i = (uint32_t)(wr_id >> 8) & 0xffffffffu;
+	struct nvmet_srq *rec;
+
+	if (ri >= nsrqs || i >= (rec = srqs[ri])->n || rec->state[i] != SRQ_POSTED)
+		return NULL;
+	rec->state[i] = SRQ_HELD;
+	*recp = rec;
+	*idxp = i;
+	return rec->bufs + (size_t)i * rec->size;
+}
+
+/* A HELD buffer let go by a request of nq: back to the SRQ of nq's QP (none: FREE), with any
+ * FREE buffers of the device, whose queues closed while holding them. */
+static int srq_release(struct nvmet_queue *nq, struct nvmet_srq *rec, uint32_t i)
+{
+	struct qsm_srq *s = nq->q ? qsm_conn_srq(nq->q) : NULL;
+	int r = srq_post(rec, s, i);
+
+	for (uint32_t j = 0; s && rec->nfree && j < rec->n; j++)
+		if (rec->state[j] == SRQ_FREE)
+			srq_post(rec, s, j);
+	return r;
+}
+
+void nvmet_srqs_free_all(void)
+{
+	for (unsigned i = 0; i < nsrqs; i++) {
+		free(srqs[i]->state);
+		free(srqs[i]->bufs);
+		free(srqs[i]);
+		srqs[i] = NULL;
+	}
+	nsrqs = 0;
+}
+
 int nvmet_identities(char *buf, size_t len)
 {
 	uint64_t in_flight = 0;
 	unsigned open = nvmet_queues_live(), ctrls = nvmet_ctrls_live();
 	int q_ok, c_ok, cmd_ok;
 
+	uint64_t holding = 0, held = 0, srq_ok = 1;
+
 	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
-		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++)
+		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
 			in_flight += nq->reqs[i].busy && !nq->reqs[i].answered;
+			holding += nq->reqs[i].busy && nq->reqs[i].recv >= 0 && nq->reqs[i].srq;
+		}
+	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+		for (uint32_t k = 0; k < nq->nwait; k++)
+			holding += nq->wait[(nq->wait_head + k) % nq->depth].srq != NULL;
+	/* -Q: every SRQ buffer HELD is a request's, and FREE ones are counted */
+	for (unsigned i = 0; i < nsrqs; i++) {
+		uint32_t nfree = 0;
+
+		for (uint32_t j = 0; j < srqs[i]->n; j++) {
+			held += srqs[i]->state[j] == SRQ_HELD;
+			nfree += srqs[i]->state[j] == SRQ_FREE;
+		}
+		srq_ok &= nfree == srqs[i]->nfree;
+	}
+	srq_ok &= held == holding;
 	q_ok = g_stats.queues_requested == g_stats.queues_released + g_stats.queues_dropped + open;
 	c_ok = g_stats.ctrls_created == g_stats.ctrls_freed + ctrls;
 	cmd_ok = g_stats.cmds == g_stats.answered + g_stats.unanswered + in_flight;
+	len -= (size_t)snprintf(buf, len, "shared receive buffers held %" PRIu64 " == by requests %"
+				PRIu64 " (free ones counted): %s; ", held, holding,
+				srq_ok ? "holds" : "BROKEN");
+	buf += strlen(buf);
 	snprintf(buf, len, "queues requested %" PRIu64 " == released %" PRIu64 " + dropped %" PRIu64
 		 " + open %u: %s; controllers created %" PRIu64 " == freed %" PRIu64 " + live %u: %s; "
 		 "commands %" PRIu64 " == answered %" PRIu64 " + unanswered at close %" PRIu64
@@ -76,15 +250,32 @@ int nvmet_identities(char *buf, size_t len)
 		 g_stats.queues_dropped, open, q_ok ? "holds" : "BROKEN", g_stats.ctrls_created,
 		 g_stats.ctrls_freed, ctrls, c_ok ? "holds" : "BROKEN", g_stats.cmds, g_stats.answered,
 		 g_stats.unanswered, in_flight, cmd_ok ? "holds" : "BROKEN");
-	return q_ok && c_ok && cmd_ok;
+	return q_ok && c_ok && cmd_ok && srq_ok;
 }
 
 /* What the queue allocated itself (the MR handles go with the queue). */
 static void nq_free(struct nvmet_queue *nq)
 {
 	nq_unlink(nq);
-	for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++)
-		g_stats.unanswered += nq->reqs[i].busy && !nq->reqs[i].answered;
+	for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
+		struct nvmet_req *r = &nq->reqs[i];
+
+		g_stats.unanswered += r->busy && !r->answered;
+		if (r->busy && r->recv >= 0 && r->srq) {   /* its queue is gone: FREE */
+			r->srq->state[r->recv] = SRQ_FREE;
+			r->srq->nfree++;
+		}
+	}
+	for (; nq->nwait; nq->nwait--, nq->wait_head = (nq->wait_head + 1) % nq->depth) {
+		struct nvmet_capsule *w = &nq->wait[nq->wait_head];
+
+		if (w->srq) {   /* a capsule that waited: its SRQ buffer FREE */
+			w->srq->state[w->idx] = SRQ_FREE;
+			w->srq->nfree++;
+		}
+	}
+	free(nq->wait);
+	nq->wait = NULL;
 	free(nq->recv_bufs);
 	free(nq->rsps);
 	free(nq->bufs);
@@ -108,7 +299,7 @@ void nvmet_queues_take_all(void)
 	size_t n = 0;
 
 	for (struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
-		n += 5;
+		n += 6;
 	exit_bufs = calloc(n ? n : 1, sizeof(void *));
 	while (all_queues) {
 		struct nvmet_queue *nq = all_queues;
@@ -119,6 +310,7 @@ void nvmet_queues_take_all(void)
 			exit_bufs[exit_nbufs++] = nq->bufs;
 			exit_bufs[exit_nbufs++] = nq->reqs;
 			exit_bufs[exit_nbufs++] = nq->free_list;
+			exit_bufs[exit_nbufs++] = nq->wait;
 		}
 		nq_unlink(nq);
 	}
@@ -146,13 +338,16 @@ static int nq_alloc(struct nvmet_queue *nq)
 	/* in-capsule data on I/O queues only: the NVMe/RDMA admin capsule is the SQE (the kernel
 	 * host sizes it so, and its target gives the admin queue no in-capsule pages) */
 	nq->icd = nq->qid ? g_opts.icd_size : 0;
-	nq->recv_bufs = calloc(nq->depth, NVME_SQE_SIZE + nq->icd);
+	/* on an SRQ (-Q) the capsules come into the device's buffers */
+	nq->recv_bufs = g_opts.srq_depth ? NULL : calloc(nq->depth, NVME_SQE_SIZE + nq->icd);
 	nq->rsps = calloc(nq->nreqs, sizeof(*nq->rsps));
 	if (posix_memalign((void **)&nq->bufs, 4096, (size_t)nq->nbufs * NVMET_BUF_SIZE))
 		nq->bufs = NULL;
 	nq->reqs = calloc(nq->nreqs, sizeof(*nq->reqs));
 	nq->free_list = calloc(nq->nreqs, sizeof(*nq->free_list));
-	if (!nq->recv_bufs || !nq->rsps || !nq->bufs || !nq->reqs || !nq->free_list)
+	nq->wait = calloc(nq->depth, sizeof(*nq->wait));
+	if ((!nq->recv_bufs && !g_opts.srq_depth) || !nq->rsps || !nq->bufs || !nq->reqs ||
+	    !nq->free_list || !nq->wait)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nq->nreqs; i++) {
 		struct nvmet_req *r = &nq->reqs[i];
@@ -183,6 +378,7 @@ static struct nvmet_req *req_get(struct nvmet_queue *nq)
 	r->then = NULL;
 	r->icd = NULL;
 	r->recv = -1;
+	r->srq = NULL;
 	return r;
 }
 
@@ -232,10 +428,12 @@ static int recv_release(struct nvmet_req *r)
 
 	if (r->recv < 0)
 		return 0;
-	rc = post_recv(nq, (uint32_t)r->recv);
+	rc = r->srq ? srq_release(nq, r->srq, (uint32_t)r->recv) : post_recv(nq, (uint32_t)r->recv);
 	r->recv = -1;
+	r->srq = NULL;
 	r->icd = NULL;
-	if (rc < 0 && rc != -ENOTCONN) {
+	/* no QP any more (the queue is closing), or its device being removed: nothing to post */
+	if (rc < 0 && rc != -ENOTCONN && rc != -ENODEV) {
 		nq_fail(nq, "cannot repost a receive");
 		return rc;
 	}
@@ -406,24 +604,15 @@ static uint16_t parse_sgl(struct nvmet_req *r, const uint8_t *capsule, uint32_t 
 	return NVME_SC_SGL_INVALID_TYPE | NVME_STATUS_DNR;
 }
 
-static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
+/* Runs the capsule in receive buffer i (the queue's own, or the device's SRQ's: rec) with
+ * request r. */
+static void capsule_run(struct nvmet_queue *nq, struct nvmet_req *r, const uint8_t *buf,
+			uint32_t len, struct nvmet_srq *rec, uint32_t i)
 {
-	struct nvmet_req *r;
 	uint32_t icd_len;
 	uint16_t st;
 
-	if (i >= nq->depth)
-		return 0;
-	if (len < NVME_SQE_SIZE) {
-		nq_fail(nq, "short command capsule");
-		return 0;
-	}
-	r = req_get(nq);
-	if (!r) {
-		nq_fail(nq, "no free request slot");
-		return 0;
-	}
-	memcpy(&r->cmd, recv_buf(nq, i), NVME_SQE_SIZE);
+	memcpy(&r->cmd, buf, NVME_SQE_SIZE);
 	if (++nq->sqhd == nq->depth)
 		nq->sqhd = 0;
 	g_stats.cmds++;
@@ -431,14 +620,15 @@ static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 	icd_len = len - NVME_SQE_SIZE;
 	if (icd_len > nq->icd)
 		icd_len = nq->icd;
-	st = parse_sgl(r, recv_buf(nq, i), icd_len);
+	st = parse_sgl(r, buf, icd_len);
 	/* the receive buffer is free again unless the command's data is in it: post it before
 	 * running the command; else the request holds it until the data is taken (nvmet_fetch) or
 	 * the command answered, and at the latest until it is run */
 	r->recv = (int32_t)i;
+	r->srq = rec;
 	if (!r->icd && recv_release(r) < 0) {
 		req_put(r);
-		return 0;
+		return;
 	}
 	if (st != 0)
 		nvmet_complete(r, st, 0);
@@ -446,7 +636,48 @@ static int on_capsule(struct nvmet_queue *nq, uint32_t i, uint32_t len)
 		nvmet_exec(r);
 	if (r->busy && r->recv >= 0)
 		recv_release(r);
+}
+
+/* A command capsule of len bytes in receive buffer i (rec: of the device's SRQ).  Its request
+ * slot may still be taken: a slot is free again only once its response's SEND completed, and
+ * the host, which has its response already, may send the next command before that completion
+ * is taken (with an SRQ nothing slows it: no receive of the queue's own runs out).  Such a
+ * capsule waits, in order, holding its buffer, until a SEND completion frees a slot
+ * (capsules_run), as SPDK's target queues a request short of resources (the kernel's allocates
+ * one more).  More waiting than the queue's depth is a host beyond its submission queue. */
+static int on_capsule(struct nvmet_queue *nq, const uint8_t *buf, uint32_t len,
+		      struct nvmet_srq *rec, uint32_t i)
+{
+	struct nvmet_capsule *w;
+	struct nvmet_req *r;
+
+	if (len < NVME_SQE_SIZE || (!(r = nq->nwait ? NULL : req_get(nq)) && nq->nwait == nq->depth)) {
+		if (rec)   /* the buffer back to the SRQ: the other queues need it */
+			srq_release(nq, rec, i);
+		nq_fail(nq, len < NVME_SQE_SIZE ? "short command capsule"
+						 : "more commands than its submission queue holds");
+		return 0;
+	}
+	if (r) {
+		capsule_run(nq, r, buf, len, rec, i);
+		return 0;
+	}
+	w = &nq->wait[(nq->wait_head + nq->nwait++) % nq->depth];
+	*w = (struct nvmet_capsule){ .buf = buf, .len = len, .srq = rec, .idx = i };
+	g_stats.capsules_waited++;
 	return 0;
+}
+
+/* Slots free again: the capsules that waited for one, in order. */
+static void capsules_run(struct nvmet_queue *nq)
+{
+	while (nq->nwait && nq->nfree) {
+		struct nvmet_capsule w = nq->wait[nq->wait_head];
+
+		nq->wait_head = (nq->wait_head + 1) % nq->depth;
+		nq->nwait--;
+		capsule_run(nq, req_get(nq), w.buf, w.len, w.srq, w.idx);
+	}
 }
 
 static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
@@ -455,7 +686,13 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	unsigned kind = wc->wr_id & 0xff;
 	uint32_t idx = (uint32_t)(wc->wr_id >> 8);
 
+	struct nvmet_srq *rec;
+	const uint8_t *buf;
+
 	if (wc->status != QSM_WC_SUCCESS) {
+		/* an SRQ receive the QP flushed: its buffer goes back for the device's other queues */
+		if (kind == WR_SRQ_RECV && srq_take(wc->wr_id, &rec, &idx))
+			srq_release(nq, rec, idx);
 		/* the QP is in ERR: the queue's machine takes the loss (WC_ERROR) and drains */
 		if (wc->status != QSM_WC_WR_FLUSH_ERR) {
 			g_stats.wc_errors++;
@@ -466,7 +703,10 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	}
 	switch (kind) {
 	case WR_RECV:
-		return on_capsule(nq, idx, wc->byte_len);
+		return idx < nq->depth ? on_capsule(nq, recv_buf(nq, idx), wc->byte_len, NULL, idx) : 0;
+	case WR_SRQ_RECV:
+		buf = srq_take(wc->wr_id, &rec, &idx);
+		return buf ? on_capsule(nq, buf, wc->byte_len, rec, idx) : 0;
 	case WR_READ:
 		read_done(nq);
 		if (idx < nq->nreqs && nq->reqs[idx].busy && nq->reqs[idx].then)
@@ -475,6 +715,7 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	case WR_SEND:
 		if (idx < nq->nreqs)
 			req_put(&nq->reqs[idx]);
+		capsules_run(nq);
 		return 0;
 	default:
 		return 0;
@@ -575,8 +816,14 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (g_opts.max_reads && g_opts.max_reads < nq->rd_max)
 		nq->rd_max = g_opts.max_reads;
 	VLOG("queue %u (qid %u): at most %u RDMA READs in flight", nq->serial, nq->qid, nq->rd_max);
-	if ((r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * (NVME_SQE_SIZE + nq->icd),
-				 QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0 ||
+	/* on an SRQ: the device's SRQ exists (made with this QP, and filled: nq_srq_low) */
+	if (g_opts.srq_depth && !qsm_conn_srq(q)) {
+		r = -ENODEV;
+		goto fail;
+	}
+	if ((nq->recv_bufs &&
+	     (r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * (NVME_SQE_SIZE + nq->icd),
+				  QSM_ACCESS_LOCAL_WRITE, &nq->recv_mr)) < 0) ||
 	    (r = qsm_conn_reg_mr(q, nq->rsps, (size_t)nq->nreqs * sizeof(*nq->rsps), 0, &nq->rsp_mr)) < 0 ||
 	    (r = qsm_conn_reg_mr(q, nq->bufs, (size_t)nq->nbufs * NVMET_BUF_SIZE,
 				 QSM_ACCESS_LOCAL_WRITE, &nq->buf_mr)) < 0)
@@ -586,7 +833,7 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	 * namespace is a pool, registered once on this device for every queue on it */
 	if (nq->qid && (r = qsm_pool_keys(g_ns_pool, q, &nq->ns_lkey, NULL)) < 0)
 		goto fail;
-	for (uint32_t i = 0; i < nq->depth; i++)
+	for (uint32_t i = 0; nq->recv_bufs && i < nq->depth; i++)
 		if ((r = post_recv(nq, i)) < 0)
 			goto fail;
 	g_stats.queues_accepted++;
@@ -661,3 +908,19 @@ const struct qsm_class nvmet_queue_class = {
 	/* per request slot (2 x depth) at most an RDMA WRITE and a SEND in flight */
 	.qp = { .max_send_wr = 4 * NVMET_MAX_DEPTH + 8, .max_recv_wr = NVMET_MAX_DEPTH },
 };
+
+/* -Q: the same queues, their capsules received on the device's SRQ (srq.max_wr set at start,
+ * before the listener exists; limit 0: srq_low only when an SRQ is made) */
+static struct qsm_class nvmet_queue_srq_class = {
+	.name = "nvmet-rdma-srq",
+	.super = &nvmet_queue_class,
+	.srq_low = nq_srq_low,
+};
+
+const struct qsm_class *nvmet_class(void)
+{
+	if (!g_opts.srq_depth)
+		return &nvmet_queue_class;
+	nvmet_queue_srq_class.srq = (struct qsm_srq_caps){ .max_wr = g_opts.srq_depth, .max_sge = 1 };
+	return &nvmet_queue_srq_class;
+}

@@ -11,8 +11,12 @@
 #      over the head (4 jobs, disjoint ranges, crc32c, read back and checked);
 #   2. all disconnected, then BIG_CTRLS (default 40) controllers x BIG_QUEUES (default 24) I/O
 #      queues of 32 entries: 1,000 queues in all with the admin queues, the same fio verify.
+# The target runs as a storage target for many hosts would: its queues on one shared receive
+# queue per device (-Q SRQ, default 4096 capsules; QSM_NVMET_SRQ=0: each queue its own
+# receives, depth x 4160 bytes).  Each phase prints the target's peak resident memory (VmHWM).
 # Each phase asserts: the target counted every queue LIVE, every controller's path did I/O, fio's
-# verify clean; at the end every controller freed, no unexpected event, no error.
+# verify clean; at the end every controller freed, no unexpected event, no error, the target's
+# counter identities.
 #   tests/vm/run --timeout 900 tests/vm/scenarios/nvmet-hosts.sh [HOSTS QUEUES [BIG_CTRLS BIG_QUEUES [BINARY]]]
 set -u
 
@@ -38,7 +42,10 @@ for v in "$hosts" "$queues" "$big_ctrls" "$big_queues"; do
 done
 maxc=$((hosts > big_ctrls ? hosts : big_ctrls))
 maxq=$((queues > big_queues ? queues : big_queues))
-target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -c "$maxc" -q "$maxq" -v
+srq=${QSM_NVMET_SRQ:-4096}
+srq_args=()
+((srq)) && srq_args=(-Q "$srq")
+target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -c "$maxc" -q "$maxq" -v "${srq_args[@]}"
 
 # host_nqn K: the K-th host's NQN (and, its last 12 digits, its host id)
 host_uuid() { printf '5a1c0de0-0000-4000-8000-%012d' "$1"; }
@@ -74,6 +81,7 @@ phase() {
 	wait_for 30 eval '(($(lives) - live0 >= want))' ||
 		fail "the target counted $(($(lives) - live0)) queues LIVE, expected $want"
 	echo "   ok: $ctrls controllers, $want queues LIVE at the target ($(ms_since "$t0") ms)"
+	echo "   target memory: $(grep -E '^VmHWM' "/proc/$tpid/status" | tr -s ' \t' ' ') peak, $(grep -E '^VmRSS' "/proc/$tpid/status" | tr -s ' \t' ' ') now (${srq_args[*]:-receives per queue})"
 	n=0
 	for c in /sys/class/nvme/nvme*; do
 		[[ -e $c/subsysnqn && $(<"$c/subsysnqn") == "$nqn" ]] || continue

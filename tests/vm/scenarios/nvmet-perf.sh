@@ -5,17 +5,20 @@
 # VM scenario: examples/nvmet/qsm-nvmet against the Linux kernel's own NVMe-oF target
 # (nvmet-rdma), side by side in one boot, for the same kernel host (nvme-rdma):
 #   qsm:    qsm-nvmet, its namespace 64 MiB of its own anonymous memory (the RDMA moves data
-#           straight into and out of it);
+#           straight into and out of it), each queue receiving into buffers of its own;
+#   qsm-srq: a second qsm-nvmet, the same but its queues on one shared receive queue per device
+#           (-Q 1024), as the kernel's target (nvmet-rdma's use_srq, on by default);
 #   kernel: nvmet-rdma configured through configfs, its namespace a 64 MiB memory-backed
 #           null_blk device (RAM too; the kernel target's bio is copied into null_blk's pages);
-# both listening on the same address and device (ports 4420 and 4421), both connected at once
+# all listening on the same address and device (ports 4420, 4422 and 4421), connected at once
 # (the kernel host's default queues: one I/O queue per CPU, 128 entries).  fio (libaio,
-# O_DIRECT, 64 MiB span) runs each job on one, then the other, alternating which goes first,
+# O_DIRECT, 64 MiB span) runs each job on each, in an order that rotates each round,
 # ROUNDS (default 2) rounds of SECS (default 4) seconds after a 1 s ramp:
 #   randread / randwrite 4 KiB at iodepth 1 and 32, read / write 128 KiB sequential at iodepth 8.
-# Prints each run's IOPS and, per job, `ratio nvmet_JOB qsm/kernel X.XX` (the means' ratio;
-# design: >= 1.0).  Fails if a job errs on either target, or qsm-nvmet counts an unexpected
-# event or an error.  Figures under TCG compare the two only within one boot.
+# Prints each run's IOPS and, per job, `ratio nvmet_JOB qsm/kernel X.XX` and `ratio
+# nvmet_srq_JOB qsm-srq/kernel X.XX` (the means' ratios; design: >= 1.0).  Fails if a job errs
+# on any target, or a qsm-nvmet counts an unexpected event or an error, or its identities break.
+# Figures under TCG compare the targets only within one boot.
 #   tests/vm/run --timeout 900 tests/vm/scenarios/nvmet-perf.sh [ROUNDS [SECS [BINARY]]]
 set -u
 
@@ -27,10 +30,13 @@ rounds=${1:-2}
 secs=${2:-4}
 bin=${3:-./examples/nvmet/qsm-nvmet}
 qport=4420
+sport=4422
 kport=4421
 nqn=nqn.2024-01.io.rdma-qsm:nvmet-perf
 knqn=nqn.2024-01.io.rdma-qsm:kernel-nvmet
+snqn=nqn.2024-01.io.rdma-qsm:nvmet-perf-srq
 tlog=$out/nvmet-perf.log
+slog=$out/nvmet-perf-srq.log
 tmp=${TMPDIR:-/tmp}
 cfg=/sys/kernel/config/nvmet
 nullb=/sys/kernel/config/nullb/qsmperf
@@ -66,9 +72,18 @@ kernel_down() {
 		echo 0 >"$nullb/power" && rmdir "$nullb"
 }
 
+# the SRQ one first (target_start's log and pid are then the other's)
+tlog=$slog
+target_start -a "$addr" -p "$sport" -n "$snqn" -s 64M -Q 1024
+spid=$tpid
+tlog=$out/nvmet-perf.log
 target_start -a "$addr" -p "$qport" -n "$nqn" -s 64M
 nvme_connect "$nqn" "$qport"
 qns=$ns
+nvme_connect "$snqn" "$sport"
+sns=$ns
+grep -q "shared receive queue of 1024 capsules" "$slog" || fail "qsm-nvmet -Q made no shared receive queue"
+grep "shared receive queue of" "$slog" | sed 's/^/   /'
 nvme_connect "$knqn" "$kport"
 kns=$ns
 
@@ -95,32 +110,34 @@ jobs=(
 ratios=()
 for j in "${jobs[@]}"; do
 	read -r name rw bs qd <<<"$j"
-	step "$name: fio $rw $bs iodepth $qd, $rounds x ($secs s qsm, $secs s kernel)"
-	qsum=0 ksum=0
+	step "$name: fio $rw $bs iodepth $qd, $rounds x ($secs s each: qsm, qsm-srq, kernel, rotating)"
+	qsum=0 ssum=0 ksum=0
 	for ((r = 1; r <= rounds; r++)); do
-		if ((r % 2)); then
-			fio_iops "$qns" "$rw" "$bs" "$qd"
-			q=$iops
-			fio_iops "$kns" "$rw" "$bs" "$qd"
-			k=$iops
-		else
-			fio_iops "$kns" "$rw" "$bs" "$qd"
-			k=$iops
-			fio_iops "$qns" "$rw" "$bs" "$qd"
-			q=$iops
-		fi
-		echo "   round $r: qsm $q IOPS, kernel $k IOPS"
-		qsum=$((qsum + q)) ksum=$((ksum + k))
+		# round r starts with target r mod 3: each goes first, second and last in turn
+		for ((i = 0; i < 3; i++)); do
+			case $(((r + i) % 3)) in
+			1) fio_iops "$qns" "$rw" "$bs" "$qd"; q=$iops ;;
+			2) fio_iops "$sns" "$rw" "$bs" "$qd"; sq=$iops ;;
+			0) fio_iops "$kns" "$rw" "$bs" "$qd"; k=$iops ;;
+			esac
+		done
+		echo "   round $r: qsm $q IOPS, qsm-srq $sq IOPS, kernel $k IOPS"
+		qsum=$((qsum + q)) ssum=$((ssum + sq)) ksum=$((ksum + k))
 	done
 	ratio=$(awk -v a="$qsum" -v b="$ksum" 'BEGIN { printf "%.2f", a / b }')
-	echo "   qsm $((qsum / rounds)) IOPS, kernel $((ksum / rounds)) IOPS (means)"
-	ratios+=("ratio nvmet_$name qsm/kernel $ratio")
+	sratio=$(awk -v a="$ssum" -v b="$ksum" 'BEGIN { printf "%.2f", a / b }')
+	echo "   qsm $((qsum / rounds)) IOPS, qsm-srq $((ssum / rounds)) IOPS, kernel $((ksum / rounds)) IOPS (means)"
+	ratios+=("ratio nvmet_$name qsm/kernel $ratio" "ratio nvmet_srq_$name qsm-srq/kernel $sratio")
 done
 
 nvme_disconnect "$knqn"
 nvme_disconnect "$nqn"
+nvme_disconnect "$snqn"
 kernel_down || fail "cannot take the kernel's target down"
 target_stop
 grep -E "RDMA READs that waited" "$tlog" | tail -n 1 | sed 's/.*; RDMA/   RDMA/'
+tlog=$slog tpid=$spid
+target_stop
+grep -E "shared receive queues made" "$tlog" | tail -n 1 | sed 's/.*; shared/   qsm-srq: shared/'
 printf '%s\n' "${ratios[@]}"
-echo "PASS: nvmet-perf: ${#jobs[@]} fio jobs, $rounds rounds each, qsm-nvmet and the kernel's nvmet-rdma in one boot"
+echo "PASS: nvmet-perf: ${#jobs[@]} fio jobs, $rounds rounds each, qsm-nvmet (own receives, and -Q) and the kernel's nvmet-rdma in one boot"
