@@ -363,22 +363,19 @@ static size_t pdata_len(size_t sent, size_t ib_size)
 	return contract_fx->iwarp ? sent : ib_size;
 }
 
-/* The most private data a connect, accept or reject takes (more: -EINVAL, no effect): the IB
- * CM's REQ 56, REP 196, REJ 148; iWARP: 255, the rdmacm fabric's bound (rdma_conn_param's 8-bit
- * private_data_len; MPA itself takes up to 512, siw's MPA_MAX_PRIVDATA). */
+/* The most private data a connect, accept or reject takes (more: -EINVAL, no effect), and what
+ * reaches the peer: the IB CM's REQ 56, REP 196, REJ 148; iWARP: 251, the rdmacm fabric's bound
+ * (rdma_conn_param's 8-bit private_data_len, less MPA v2's 4-byte IRD/ORD header, which siw
+ * puts before the private data: a request of 252 bytes or more never reached the listener, its
+ * kernel rejected it, the active side's REJECTED -ECONNRESET). */
 static size_t pdata_max(size_t ib_size)
 {
-	return contract_fx->iwarp ? 255 : ib_size;
+	return contract_fx->iwarp ? 251 : ib_size;
 }
 
-/* The most private data that reaches the peer: pdata_max(), but on soft-iWARP a request of 252
- * bytes or more (measured: 248 arrives, 252 and 255 do not) never reaches the listener, whose
- * kernel rejects it (the active side's REJECTED, -ECONNRESET) -- MPA v2 adds its 4-byte IRD/ORD
- * header to the 8-bit length.  The fabric does not refuse those yet (a library bug: such a
- * connect should be -EINVAL), so the cases stay below it. */
 static size_t pdata_carried(size_t ib_size)
 {
-	return contract_fx->iwarp ? 248 : ib_size;
+	return pdata_max(ib_size);
 }
 
 /* The status of the REJECTED a consumer's reject gives the active side: the IB CM's reason
@@ -544,7 +541,7 @@ START_TEST(test_destroy_unanswered_request_rejects_the_active_side)
 }
 END_TEST
 
-/* IB and RoCE: 56, 196, 148; iWARP: 255 each (pdata_max()). */
+/* IB and RoCE: 56, 196, 148; iWARP: 251 each (pdata_max()). */
 START_TEST(test_private_data_limits_are_56_196_148)
 {
 	static const char big[256];

@@ -203,8 +203,11 @@ static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void
  * before librdmacm is called: the kernel's rdma_accept() that fails on the length still rejects
  * the connection (its error path sends a REJ), and a call that fails must have no effect.  IB
  * and RoCE: the IB CM's REQ (92 bytes, less the 36 of the rdma_cm header for an IP address),
- * REP (196) and REJ (148) private data; iWARP: what fits conn_param's 8-bit length.
+ * REP (196) and REJ (148) private data; iWARP: what fits conn_param's 8-bit length with MPA
+ * v2's 4-byte IRD/ORD header in it (251: measured on soft-iWARP, a request of 251 bytes
+ * arrives and one of 252 never reaches the listener, its kernel rejects it).
  */
+#define QSM_PDATA_IWARP_MAX (255 - 4)
 enum pdata_msg { PDATA_REQ, PDATA_REP, PDATA_REJ };
 
 static size_t pdata_max(const struct qsm_fid *id, enum pdata_msg m)
@@ -214,7 +217,7 @@ static size_t pdata_max(const struct qsm_fid *id, enum pdata_msg m)
 	};
 
 	if (id->cm->verbs && id->cm->verbs->device->transport_type == IBV_TRANSPORT_IWARP)
-		return 255;
+		return QSM_PDATA_IWARP_MAX;
 	return ib[m];
 }
 
