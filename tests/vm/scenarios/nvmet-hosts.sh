@@ -12,12 +12,12 @@
 #   2. all disconnected, then BIG_CTRLS (default 40) controllers x BIG_QUEUES (default 24) I/O
 #      queues of 32 entries: 1,000 queues in all with the admin queues, the same fio verify.
 # The target runs as a storage target for many hosts would: its queues on one shared receive
-# queue per device (-Q SRQ, default 4096 capsules; QSM_NVMET_SRQ=0: each queue its own
-# receives, depth x 4160 bytes).  Each phase prints the target's peak resident memory (VmHWM).
+# queue per device (-Q SRQ, default 4096 capsules; SRQ 0: each queue its own receives, depth x
+# 4160 bytes).  Each phase prints the target's peak resident memory (VmHWM).
 # Each phase asserts: the target counted every queue LIVE, every controller's path did I/O, fio's
 # verify clean; at the end every controller freed, no unexpected event, no error, the target's
 # counter identities.
-#   tests/vm/run --timeout 900 tests/vm/scenarios/nvmet-hosts.sh [HOSTS QUEUES [BIG_CTRLS BIG_QUEUES [BINARY]]]
+#   tests/vm/run --timeout 900 tests/vm/scenarios/nvmet-hosts.sh [HOSTS QUEUES [BIG_CTRLS BIG_QUEUES [BINARY [SRQ]]]]
 set -u
 
 addr=${QSM_VM_ADDR:-192.0.2.1}
@@ -42,7 +42,8 @@ for v in "$hosts" "$queues" "$big_ctrls" "$big_queues"; do
 done
 maxc=$((hosts > big_ctrls ? hosts : big_ctrls))
 maxq=$((queues > big_queues ? queues : big_queues))
-srq=${QSM_NVMET_SRQ:-4096}
+srq=${6:-4096}
+[[ $srq =~ ^[0-9]+$ ]] || fail "SRQ: a number (0: each queue its own receives)"
 srq_args=()
 ((srq)) && srq_args=(-Q "$srq")
 target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -c "$maxc" -q "$maxq" -v "${srq_args[@]}"
