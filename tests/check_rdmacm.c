@@ -1149,6 +1149,29 @@ START_TEST(test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider
 }
 END_TEST
 
+/* A QP on an SRQ: a send posted heats its send CQ, which was cold (armed): its receives complete
+ * on the SRQ's CQ, hot under load, and epoll, which would report the send CQ's event, is asked
+ * only every few calls while a CQ is hot.  A QP of its own receives leaves its CQ as it is. */
+START_TEST(test_a_send_on_an_srq_qp_heats_its_cold_send_cq)
+{
+	struct drain_rig x;
+	struct qsm_fabric_wr wr = { .wr_id = 1, .opcode = QSM_WR_SEND, .flags = QSM_POST_SIGNALED };
+	int fake_srq;
+
+	drain_rig_new(&x, IBV_TRANSPORT_IB);
+	drain_rig_lists(&x, 1);
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, &wr, 1, NULL), 0);
+	ck_assert(!x.r.c->hot && x.r.f->hot == 0);
+	x.r.id->srq = (struct qsm_fsrq *)&fake_srq;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, &wr, 1, NULL), 0);
+	ck_assert(x.r.c->hot && x.r.f->hot == 1);
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, &wr, 1, NULL), 0);   /* hot already: once */
+	ck_assert_int_eq(x.r.f->hot, 1);
+	x.r.id->srq = NULL;
+	drain_rig_free(&x);
+}
+END_TEST
+
 static int post_sends_seen;
 
 static int counting_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -1347,6 +1370,7 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
 	tcase_add_test(t, test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0);
+	tcase_add_test(t, test_a_send_on_an_srq_qp_heats_its_cold_send_cq);
 	tcase_add_test(t, test_post_send_refuses_a_read_of_more_sges_than_the_device_reads_into);
 	tcase_add_test(t, test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq);
 	tcase_add_test(t, test_cm_timeout_covers_the_kernel_cms_retries);

@@ -709,6 +709,13 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 		k = 0;
 	w->tail += (uint32_t)k;
 	id->fab->posts += (uint64_t)k;
+	/* A QP on an SRQ: its receives complete on the SRQ's CQ, which stays hot under load, and
+	 * its sends on a pool CQ that went cold (armed) between them; while a CQ is hot the fabric
+	 * asks epoll only every HOT_EPOLL_EVERY calls, so that CQ's event would be learned late,
+	 * and a ULP that frees its request slots at the send completions (a target) runs out of
+	 * them.  What was just posted completes there: heat it now, as a poll loop would. */
+	if (__builtin_expect(id->srq != NULL, 0) && k && !id->cq->hot)
+		qsm_rc_cq_heat(id->fab, id->cq);
 	if (posted)
 		*posted = k;
 	return ret ? (ret > 0 ? -ret : -EINVAL) : 0;
