@@ -709,11 +709,8 @@ int qsm_rc_post_send(struct qsm_fid *id, const struct qsm_fabric_wr *wr, int n, 
 		k = 0;
 	w->tail += (uint32_t)k;
 	id->fab->posts += (uint64_t)k;
-	/* A QP on an SRQ: its receives complete on the SRQ's CQ, which stays hot under load, and
-	 * its sends on a pool CQ that went cold (armed) between them; while a CQ is hot the fabric
-	 * asks epoll only every HOT_EPOLL_EVERY calls, so that CQ's event would be learned late,
-	 * and a ULP that frees its request slots at the send completions (a target) runs out of
-	 * them.  What was just posted completes there: heat it now, as a poll loop would. */
+	/* An SRQ's QP: its receives complete on the SRQ's (hot) CQ; the send CQ, cold, would be
+	 * learned late (epoll is asked every HOT_EPOLL_EVERY calls while a CQ is hot): heat it. */
 	if (__builtin_expect(id->srq != NULL, 0) && k && !id->cq->hot)
 		qsm_rc_cq_heat(id->fab, id->cq);
 	if (posted)
