@@ -96,6 +96,19 @@ int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int 
 	return __real_qsm_conn_post_list(q, wrs, n, posted);
 }
 
+/* --wrap=qsm_ctx_reg_pool: the next pool_fails registrations fail, -ENOMEM (the SRQ's buffers). */
+static unsigned pool_fails;
+int __real_qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret);
+int __wrap_qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret);
+int __wrap_qsm_ctx_reg_pool(struct qsm_ctx *ctx, void *addr, size_t len, int access, struct qsm_pool **ret)
+{
+	if (pool_fails) {
+		pool_fails--;
+		return -ENOMEM;
+	}
+	return __real_qsm_ctx_reg_pool(ctx, addr, len, access, ret);
+}
+
 int __wrap_qsm_conn_accept(struct qsm_conn *q, const void *pdata, size_t len)
 {
 	int e = accept_fails;
@@ -443,6 +456,7 @@ static void setup_with(uint32_t srq_depth)
 	memset(&g_stats, 0, sizeof(g_stats));
 	memset(hosts, 0, sizeof(hosts));
 	accept_fails = reject_fails = 0;
+	pool_fails = 0;
 	reads_posted = 0;
 	g_opts = (struct nvmet_opts){ .addr = "192.0.2.1", .port = 4420,
 		.subnqn = "nqn.2024-01.io.rdma-qsm:check", .ns_size = NS_SIZE, .max_io_queues = 4,
@@ -1519,6 +1533,38 @@ START_TEST(test_srq_a_capsule_beyond_the_free_slots_waits_for_one)
 }
 END_TEST
 
+/* -Q: the SRQ's buffers could not be had when it was made (their registration failed): the
+ * first queue's qp_ready asks once more, and with them the queue serves; when they cannot be
+ * had then either, the queue is refused before its accept (no queue that receives nothing),
+ * and the next one tries again. */
+START_TEST(test_srq_buffers_not_had_when_it_was_made_are_asked_for_again)
+{
+	struct host *a, *h;
+	uint64_t cntlid;
+
+	pool_fails = 1;   /* srq_low's registration; qp_ready's goes through */
+	host_admin_up(0, &a, 1);
+	ck_assert_uint_eq(pool_fails, 0);
+	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	host_close(a);
+
+	teardown();
+	setup_srq();
+	pool_fails = 2;   /* both */
+	h = host_start(0, 0, NVMET_AQ_DEPTH - 1, NVMET_AQ_DEPTH);
+	pump();
+	ck_assert(!h->live);
+	ck_assert_uint_eq(g_stats.queues_dropped, 1);
+	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	host_admin_up(1, &a, 1);   /* the next queue: buffers now */
+	host_send_connect(a, 9, 0, NVMET_AQ_DEPTH - 1, 0xffff);
+	pump();
+	ck_assert_int_eq(host_status(a, 9, &cntlid), NVME_SC_CMD_SEQ_ERROR);   /* connected already */
+	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	host_close(a);
+}
+END_TEST
+
 static Suite *nvmet_suite(void)
 {
 	Suite *s = suite_create("nvmet");
@@ -1558,6 +1604,7 @@ static Suite *nvmet_suite(void)
 	tcase_add_checked_fixture(t, setup_srq, teardown);
 	tcase_add_test(t, test_srq_queues_of_several_hosts_share_the_device_buffers);
 	tcase_add_test(t, test_srq_a_device_removal_takes_the_srq_and_the_new_one_gets_every_buffer);
+	tcase_add_test(t, test_srq_buffers_not_had_when_it_was_made_are_asked_for_again);
 	tcase_add_test(t, test_srq_a_capsule_beyond_the_free_slots_waits_for_one);
 	tcase_add_test(t, test_host_connects_admin_and_io_queues_and_closing_frees_all);
 	tcase_add_test(t, test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read);

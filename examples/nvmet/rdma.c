@@ -114,15 +114,22 @@ static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
 	return 0;
 }
 
+static struct nvmet_srq *srq_find(const char *dev)
+{
+	for (unsigned i = 0; i < nsrqs; i++)
+		if (!strcmp(srqs[i]->dev, dev))
+			return srqs[i];
+	return NULL;
+}
+
 /* The record of s's device: found by name, or made (its buffers allocated and registered). */
 static struct nvmet_srq *srq_record(struct qsm_srq *s)
 {
 	const char *dev = qsm_srq_device_name(s);
-	struct nvmet_srq *rec;
+	struct nvmet_srq *rec = srq_find(dev);
 
-	for (unsigned i = 0; i < nsrqs; i++)
-		if (!strcmp(srqs[i]->dev, dev))
-			return srqs[i];
+	if (rec)
+		return rec;
 	if (nsrqs == NVMET_MAX_SRQS || !(rec = calloc(1, sizeof(*rec))))
 		return NULL;
 	snprintf(rec->dev, sizeof(rec->dev), "%s", dev);
@@ -816,10 +823,17 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (g_opts.max_reads && g_opts.max_reads < nq->rd_max)
 		nq->rd_max = g_opts.max_reads;
 	VLOG("queue %u (qid %u): at most %u RDMA READs in flight", nq->serial, nq->qid, nq->rd_max);
-	/* on an SRQ: the device's SRQ exists (made with this QP, and filled: nq_srq_low) */
-	if (g_opts.srq_depth && !qsm_conn_srq(q)) {
-		r = -ENODEV;
-		goto fail;
+	/* on an SRQ: the device's SRQ exists (made with this QP) with its buffers (nq_srq_low;
+	 * if they could not be had then, once more now: else this queue could receive nothing) */
+	if (g_opts.srq_depth) {
+		struct qsm_srq *s = qsm_conn_srq(q);
+
+		if (s && !srq_find(qsm_srq_device_name(s)))
+			nq_srq_low(s);
+		if (!s || !srq_find(qsm_srq_device_name(s))) {
+			r = s ? -ENOMEM : -ENODEV;
+			goto fail;
+		}
 	}
 	if ((nq->recv_bufs &&
 	     (r = qsm_conn_reg_mr(q, nq->recv_bufs, (size_t)nq->depth * (NVME_SQE_SIZE + nq->icd),
