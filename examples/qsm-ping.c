@@ -60,7 +60,7 @@ struct ping {
 	int counted;              /* in done_conns already */
 };
 
-static unsigned done_conns, failed_conns;
+static unsigned done_conns, failed_conns, abandoned_conns;
 static struct qsm_ctx *stop_ctx[2];
 
 static void stop_all(void)
@@ -390,7 +390,17 @@ static void server_release(struct qsm_conn *q)
 
 	if (o.verbose)
 		printf("server: connection closed after %u pings\n", p->pings);
-	conn_done(p, p->failed);
+	/* Closed before its client's first message, with no error of ours: not one of -n's
+	 * connections.  On soft-iWARP a client's connect call can fail after this side
+	 * established (siw runs its TCP connect and MPA exchange inside rdma_connect), and the
+	 * client connects again: that attempt is abandoned, not served.  (With both ends in one
+	 * process, -S, every connection counts: the client's end decides when it is over.) */
+	if (!o.sim && p->phase == 0 && !p->pings && !p->failed && !p->counted) {
+		p->counted = 1;
+		abandoned_conns++;
+	} else {
+		conn_done(p, p->failed);
+	}
 	free_buffers(q);
 }
 
@@ -543,6 +553,9 @@ int main(int argc, char **argv)
 	}
 	r = failed_conns ? 1 : 0;
 	printf("qsm-ping: %u connection(s), %u failed\n", done_conns, failed_conns);
+	if (abandoned_conns)
+		printf("qsm-ping: %u connection(s) closed before their client's first message (not counted)\n",
+		       abandoned_conns);
 	for (int i = 0; i < 2; i++) {
 		struct qsm_counters cnt;
 
