@@ -93,6 +93,14 @@ static int fail_conn(struct qsm_conn *q, struct ping *p)
 	return 1;
 }
 
+/* A post refused: -ENOTCONN is a queue whose drain has started (a loss edge taken in the same
+ * dispatch as this completion): its machine reconnects or closes it, the ping starts again on
+ * LIVE.  Anything else fails the connection. */
+static int post_failed(struct qsm_conn *q, struct ping *p, int r)
+{
+	return r == -ENOTCONN ? 0 : fail_conn(q, p);
+}
+
 /* A completion that is no news: a flush (the queue drains), or the RC retries running out --
  * the peer stopped answering (its host died, the wire was cut), which is the connection's loss,
  * not this ping's error: the queue's WC_ERROR edge drains it, and a client connects again. */
@@ -215,6 +223,7 @@ static int client_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 {
 	struct ping *p = qsm_conn_priv(q);
+	int r;
 
 	if (peer_gone(wc, "qsm-ping"))
 		return 0;
@@ -231,12 +240,12 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 			sizeof(p->recv_info));
 		return fail_conn(q, p);
 	}
-	if (post_recv(q, p) < 0)
-		return fail_conn(q, p);
+	if ((r = post_recv(q, p)) < 0)
+		return post_failed(q, p, r);
 	if (p->phase == 1) {          /* server read our start buffer: hand it the sink */
 		p->phase = 2;
-		if (send_info(q, p, p->rdma_buf, p->rdma_mr) < 0)
-			return fail_conn(q, p);
+		if ((r = send_info(q, p, p->rdma_buf, p->rdma_mr)) < 0)
+			return post_failed(q, p, r);
 		return 0;
 	}
 	if (p->phase != 2) {
@@ -253,8 +262,8 @@ static int client_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		printf("ping data: %s\n", p->rdma_buf);
 	if (++p->pings < o.count) {
 		memset(p->rdma_buf, 0, o.size);   /* the next ping must be written again */
-		if (client_ping(q, p) < 0)
-			return fail_conn(q, p);
+		if ((r = client_ping(q, p)) < 0)
+			return post_failed(q, p, r);
 		return 0;
 	}
 	return qsm_conn_disconnect(q) < 0;
