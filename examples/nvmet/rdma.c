@@ -80,20 +80,12 @@ struct nvmet_srq {
 	uint8_t *state;          /* SRQ_* per buffer */
 	struct qsm_pool *pool;   /* bufs, registered on every device */
 	uint32_t n, size, nfree;
+	unsigned rec;            /* its index in srqs[], in its receives' wr_ids */
 };
 
 #define NVMET_MAX_SRQS 64        /* devices a target's SRQs are kept for */
 static struct nvmet_srq *srqs[NVMET_MAX_SRQS];
 static unsigned nsrqs;
-
-static unsigned srq_rec(const struct nvmet_srq *rec)
-{
-	unsigned i = 0;
-
-	while (srqs[i] != rec)
-		i++;
-	return i;
-}
 
 /* FREE (or HELD, let go) buffer i to the device's SRQ s; FREE if it cannot go. */
 static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
@@ -102,7 +94,7 @@ static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
 	int r;
 
 	if (!s || (r = qsm_pool_srq_keys(rec->pool, s, &sge.lkey, NULL)) < 0 ||
-	    (r = qsm_srq_post_recv(s, WR_ID_SRQ(srq_rec(rec), i), &sge, 1)) < 0) {
+	    (r = qsm_srq_post_recv(s, WR_ID_SRQ(rec->rec, i), &sge, 1)) < 0) {
 		if (rec->state[i] != SRQ_FREE)
 			rec->nfree++;
 		rec->state[i] = SRQ_FREE;
@@ -147,6 +139,7 @@ static struct nvmet_srq *srq_record(struct qsm_srq *s)
 		free(rec);
 		return NULL;
 	}
+	rec->rec = nsrqs;
 	srqs[nsrqs++] = rec;
 	LOG("%s: a shared receive queue of %u capsules of %u bytes", dev, rec->n, rec->size);
 	return rec;
@@ -221,17 +214,16 @@ int nvmet_identities(char *buf, size_t len)
 	uint64_t in_flight = 0;
 	unsigned open = nvmet_queues_live(), ctrls = nvmet_ctrls_live();
 	int q_ok, c_ok, cmd_ok;
-
 	uint64_t holding = 0, held = 0, srq_ok = 1;
 
-	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next) {
 		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
 			in_flight += nq->reqs[i].busy && !nq->reqs[i].answered;
 			holding += nq->reqs[i].busy && nq->reqs[i].recv >= 0 && nq->reqs[i].srq;
 		}
-	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
-		for (uint32_t k = 0; k < nq->nwait; k++)
+		for (uint32_t k = 0; k < nq->nwait; k++)   /* capsules waiting hold theirs */
 			holding += nq->wait[(nq->wait_head + k) % nq->depth].srq != NULL;
+	}
 	/* -Q: every SRQ buffer HELD is a request's, and FREE ones are counted */
 	for (unsigned i = 0; i < nsrqs; i++) {
 		uint32_t nfree = 0;
