@@ -997,6 +997,83 @@ START_TEST(test_the_door_refuses_each_kind_of_bad_wr_posts_nothing_and_holds_no_
 }
 END_TEST
 
+/* qsm_conn_set_qp_depth(): a passive queue sized in REQUESTED, before its accept, and an
+ * active one before its connect, each instead of its class's caps (64 and 64 by default): the
+ * fabric holds each QP to its own depths; 0 leaves the class's. */
+static int sized_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
+{
+	(void)ev;
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, 4, 3), 0);
+	return qsm_conn_accept(q, NULL, 0);
+}
+
+static const struct qsm_class sized_srv_class = {
+	.name = "sized-server",
+	.super = &srv_class,
+	.passive[QSM_ACCEPT_REQUESTED].enter = sized_requested,
+};
+
+static void writes_refused_beyond(struct qsm_conn *q, struct buf *from, struct buf *to,
+				  int depth)
+{
+	struct qsm_sge s = { (uintptr_t)from->data, 8, qsm_mr_lkey(from->mr) };
+	struct qsm_wr wrs[65];
+	int posted = -1;
+
+	for (int i = 0; i <= depth; i++)
+		wrs[i] = (struct qsm_wr){ .wr_id = 500 + (uint64_t)i, .opcode = QSM_WR_RDMA_WRITE,
+					  .sg_list = &s, .num_sge = 1, .remote_addr = (uintptr_t)to->data,
+					  .rkey = qsm_mr_rkey(to->mr), .flags = QSM_POST_SIGNALED };
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, depth + 1, &posted), -ENOBUFS);
+	ck_assert_int_eq(posted, 0);
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, depth, &posted), 0);
+	ck_assert_int_eq(posted, depth);
+	ck_assert_int_eq(qsm_conn_post_list(q, wrs, 1, NULL), -ENOBUFS);
+}
+
+START_TEST(test_qp_depth_set_per_queue_replaces_the_class_caps)
+{
+	struct qsm_listener *l;
+	struct qsm_conn *q;
+	struct qsm_sge s;
+
+	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
+		.addr = (struct sockaddr *)&addr, .cls = &sized_srv_class }, &l), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 3600000 } }, &q), 0);
+	ck_assert_int_eq(qsm_conn_set_qp_depth(NULL, 1, 1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, QSM_MAX_QP_DEPTH + 1, 0), -EINVAL);
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, 0, QSM_MAX_QP_DEPTH + 1), -EINVAL);
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, 5, 0), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	pump();
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
+	ck_assert_ptr_nonnull(srv_queue);
+
+	/* the client's send queue takes 5, its receive queue its class's 64 (qp_ready posted 1) */
+	writes_refused_beyond(q, &cli, &srv, 5);
+	s = (struct qsm_sge){ (uintptr_t)cli.data, 8, qsm_mr_lkey(cli.mr) };
+	for (int i = 1; i < 64; i++)
+		ck_assert_int_eq(qsm_conn_post_recv(q, 600 + (uint64_t)i, &s, 1), 0);
+	ck_assert_int_eq(qsm_conn_post_recv(q, 700, &s, 1), -ENOBUFS);
+	/* the server's queue: 4 sends, 3 receives (qp_ready posted 1) */
+	writes_refused_beyond(srv_queue, &srv, &cli, 4);
+	s = (struct qsm_sge){ (uintptr_t)srv.data, 8, qsm_mr_lkey(srv.mr) };
+	ck_assert_int_eq(qsm_conn_post_recv(srv_queue, 801, &s, 1), 0);
+	ck_assert_int_eq(qsm_conn_post_recv(srv_queue, 802, &s, 1), 0);
+	ck_assert_int_eq(qsm_conn_post_recv(srv_queue, 803, &s, 1), -ENOBUFS);
+	pump();
+	ck_assert_int_eq(cli.completions, 5);
+	ck_assert_int_eq(srv.completions, 4);
+	ck_assert_int_eq(cli.errors + srv.errors, 0);
+	/* each of them may post their depth again */
+	writes_refused_beyond(q, &cli, &srv, 5);
+	pump();
+	ck_assert_int_eq(cli.completions, 10);
+	qsm_listener_destroy(l);
+}
+END_TEST
+
 /* Each kind of bad bind: -EINVAL, nothing posted, no slot held, nothing completes. */
 START_TEST(test_the_door_refuses_each_kind_of_bad_bind)
 {
@@ -1273,6 +1350,7 @@ static Suite *data_suite(void)
 
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_send_is_received_and_echoed_through_completion_handlers);
+	tcase_add_test(t, test_qp_depth_set_per_queue_replaces_the_class_caps);
 	tcase_add_test(t, test_rdma_write_and_read_move_data_with_the_peers_rkey);
 	tcase_add_test(t, test_a_read_sink_registration_takes_an_rdma_read);
 	tcase_add_test(t, test_bad_rkey_is_an_error_completion_and_the_queue_drains);

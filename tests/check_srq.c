@@ -65,6 +65,9 @@ static int srv_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	ck_assert_ptr_eq(qsm_conn_srq(q), seen_srq);   /* one SRQ for every queue on the device */
 	/* its receives are the SRQ's */
 	ck_assert_int_eq(qsm_conn_post_recv(q, 1, &(struct qsm_sge){ 0, 0, 0 }, 0), -EINVAL);
+	/* and it has no receive queue to size; its send queue's depth is its own */
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, 0, 8), -EINVAL);
+	ck_assert_int_eq(qsm_conn_set_qp_depth(q, 8, 0), 0);
 	if (nsrv < NCLI)
 		srv_q[nsrv++] = q;
 	return 0;

@@ -793,6 +793,11 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
 	if (nq_alloc(nq) < 0)
 		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
+	/* its QP as large as its host asked for, not the class's largest: per request slot at
+	 * most an RDMA transfer and a SEND in flight, and its depth of receives (none on -Q) */
+	r = qsm_conn_set_qp_depth(q, 2u * nq->nreqs + 8, g_opts.srq_depth ? 0 : depth);
+	if (r < 0)
+		return nq_undecided(nq, "size the QP of", r);
 	VLOG("queue %u: request qid %u hsqsize %u hrqsize %u: accepting, crqsize %u", nq->serial,
 	     nq->qid, depth - 1, nq->hrqsize, depth);
 	memset(&rep, 0, sizeof(rep));
@@ -911,7 +916,7 @@ const struct qsm_class nvmet_queue_class = {
 	.device_removed = nq_device_removed,
 	.unexpected = nq_unexpected,
 	.release = nq_release,
-	/* per request slot (2 x depth) at most an RDMA WRITE and a SEND in flight */
+	/* the largest queue's; each queue's own from its request (nq_requested) */
 	.qp = { .max_send_wr = 4 * NVMET_MAX_DEPTH + 8, .max_recv_wr = NVMET_MAX_DEPTH },
 };
 

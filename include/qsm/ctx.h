@@ -293,6 +293,11 @@ int qsm_conn_read_depth(struct qsm_conn *q);
 /* Active queues: the address (and source, NULL: none) of the next connect attempt, e.g. another
  * path's after DEVICE_REMOVAL; the attempt under way keeps its own.  Any state, handlers too. */
 int qsm_conn_set_dst(struct qsm_conn *q, const struct sockaddr *dst, const struct sockaddr *src);
+/* The depths of q's next QP (a passive queue's at its accept, an active queue's at each attempt),
+ * instead of its class's qp caps (0: the class's); e.g. from the queue size a request asks for.
+ * Any state, handlers too.  At most QSM_MAX_QP_DEPTH each; the device may take less or refuse. */
+#define QSM_MAX_QP_DEPTH (1u << 20)
+int qsm_conn_set_qp_depth(struct qsm_conn *q, uint32_t max_send_wr, uint32_t max_recv_wr);
 
 struct qsm_listener_opts {
 	uint32_t comp_mask;              /* 0 (see "Growing" above) */

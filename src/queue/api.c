@@ -230,6 +230,17 @@ int qsm_conn_read_depth(struct qsm_conn *q)
 	return q->ctx->ops->read_depth(q->id);
 }
 
+int qsm_conn_set_qp_depth(struct qsm_conn *q, uint32_t max_send_wr, uint32_t max_recv_wr)
+{
+	qsm_check(q && max_send_wr <= QSM_MAX_QP_DEPTH && max_recv_wr <= QSM_MAX_QP_DEPTH, -EINVAL);
+	qsm_check(!max_recv_wr || !q->vt->srq.max_wr, -EINVAL);   /* its receives are its SRQ's */
+	if (q->dead)
+		return -ESTALE;
+	q->send_depth = max_send_wr;
+	q->recv_depth = max_recv_wr;
+	return 0;
+}
+
 int qsm_conn_verbs(struct qsm_conn *q, struct qsm_verbs *out)
 {
 	void *cm_id, *qp, *pd;

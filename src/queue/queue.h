@@ -46,6 +46,8 @@ struct qsm_conn {
 	uint32_t attempts;
 	uint32_t exhausted;          /* attempts in a row that failed for lack of a resource */
 	uint32_t next_delay_ms;
+	uint32_t send_depth;         /* qsm_conn_set_qp_depth(): its next QP's, 0 = its class's */
+	uint32_t recv_depth;
 	uint64_t lost_at_ns;
 	struct qsm_conn_cfg *cfg;    /* its timeouts and policy, shared: never written here */
 	void *user;

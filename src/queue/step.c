@@ -182,9 +182,11 @@ QSM_ALWAYS_INLINE int create_qp(struct qsm_conn *q)
 	int r;
 
 	/* on its class's SRQ of the device, if it asks for one: made now if this is the first */
-	if (q->vt->srq.max_wr) {
+	if (q->vt->srq.max_wr || q->send_depth || q->recv_depth) {
 		attr = q->vt->qp;
-		if ((r = qsm_srq_for(q->du.dev, q->vt, &q->srq, &attr.srq)) < 0)
+		attr.max_send_wr = q->send_depth ? q->send_depth : attr.max_send_wr;
+		attr.max_recv_wr = q->recv_depth ? q->recv_depth : attr.max_recv_wr;
+		if (q->vt->srq.max_wr && (r = qsm_srq_for(q->du.dev, q->vt, &q->srq, &attr.srq)) < 0)
 			return r;
 		r = q->ctx->ops->create_qp(q->id, &attr);
 	} else {
