@@ -21,6 +21,12 @@
  * loopback traffic does not pass the netdev, and on soft-iWARP nothing is reported.)  Then `ip addr add` of a second
  * address: IBV_EVENT_GID_CHANGE, the device's registry entry's self-loop in each ctx, and no
  * queue moves.  No event without an edge (unexpected 0) in either ctx.
+ * On soft-iWARP (QSM_VM_TRANSPORT=siw) the link's fall ends the connections' TCP streams before
+ * siw's PORT_ERR is read: every queue on both sides leaves LIVE by DISCONNECTED (asserted), and
+ * PORT_ERR then finds no id of a queue.  PORT_ACTIVE comes when the link returns (ibv_asyncwatch
+ * shows both), the gap retries at once, and siw's CM connects after the flap: every queue LIVE
+ * again within RELIVE_LOOK_MS (asserted there).  siw has no GID table and reports nothing for
+ * `ip addr add`: no GID_CHANGE step.
  *
  *   port [N [TRACE_FILE]]        N queues (default 20); trace to TRACE_FILE ("-" = stdout,
  *                                default: no trace).  Env: QSM_VM_NETDEV (veth0), QSM_VM_ADDR
@@ -64,6 +70,7 @@ static const struct qsm_class server_class = {
 struct tally {
 	unsigned port_err_out_of_live;   /* LIVE --PORT_ERR--> DRAINING */
 	unsigned port_err;               /* any PORT_ERR edge */
+	unsigned lost_out_of_live;       /* LIVE --PORT_ERR|DISCONNECTED--> (siw: its streams end first) */
 	unsigned port_active;            /* RECONNECT_WAIT --PORT_ACTIVE--> RECONNECT_WAIT */
 	unsigned port_active_connecting; /* CONNECTING --PORT_ACTIVE--> RECONNECT_WAIT */
 	unsigned gid_change;             /* the device's GID_CHANGE self-loop */
@@ -89,6 +96,8 @@ static void trace(const struct qsm_trace_record *r, void *arg)
 		t->port_err++;
 		t->port_err_out_of_live += queue && !strcmp(r->from, "LIVE");
 	}
+	t->lost_out_of_live += queue && !strcmp(r->from, "LIVE") &&
+			       (!strcmp(r->event, "PORT_ERR") || !strcmp(r->event, "DISCONNECTED"));
 	t->port_active += queue && !strcmp(r->event, "PORT_ACTIVE") && !strcmp(r->from, "RECONNECT_WAIT");
 	t->port_active_connecting += queue && !strcmp(r->event, "PORT_ACTIVE") && !strcmp(r->from, "CONNECTING");
 	t->gid_change += !strcmp(r->kind, "device") && !strcmp(r->event, "GID_CHANGE");
@@ -119,6 +128,9 @@ int main(int argc, char **argv)
 	struct qsm_counters cc, sc;
 	double t, t0;
 	unsigned edges_before;
+	/* soft-iWARP ends its connections' TCP streams as the link goes down, before its PORT_ERR
+	 * is read, and has no GID table (no GID_CHANGE); its CM works again after the flap */
+	bool iwarp = !strcmp(vm_env("QSM_VM_TRANSPORT", "rxe"), "siw");
 
 	vm_init_stdio();
 	if (!n || n > 1000 || !addr_ok) {
@@ -162,11 +174,18 @@ int main(int argc, char **argv)
 		 n - vm_count_state(q, n, QSM_CM_LIVE), n, FAILOVER_LIMIT_MS);
 	printf("port_err failover_ms %.1f\n", t * 1000);
 	t = vm_wait_all(server, client, q, n, QSM_CM_RECONNECT_WAIT, GAP_LIMIT_MS);
-	vm_check(tallies[0].port_err_out_of_live + tallies[1].port_err_out_of_live >= n,
-		 "%u client and %u server queues took LIVE --PORT_ERR--> DRAINING (at least %u in all: one "
-		 "side of each connection), PORT_ERR edges in all: client %u, server %u",
-		 tallies[0].port_err_out_of_live, tallies[1].port_err_out_of_live, n, tallies[0].port_err,
-		 tallies[1].port_err);
+	if (!iwarp)
+		vm_check(tallies[0].port_err_out_of_live + tallies[1].port_err_out_of_live >= n,
+			 "%u client and %u server queues took LIVE --PORT_ERR--> DRAINING (at least %u in all: "
+			 "one side of each connection), PORT_ERR edges in all: client %u, server %u",
+			 tallies[0].port_err_out_of_live, tallies[1].port_err_out_of_live, n,
+			 tallies[0].port_err, tallies[1].port_err);
+	else
+		vm_check(tallies[0].lost_out_of_live >= n && tallies[1].lost_out_of_live >= n,
+			 "siw: %u client and %u server queues left LIVE by DISCONNECTED or PORT_ERR (each "
+			 "side of each connection: siw ends its TCP streams as the link goes down), PORT_ERR "
+			 "edges: client %u, server %u", tallies[0].lost_out_of_live,
+			 tallies[1].lost_out_of_live, tallies[0].port_err, tallies[1].port_err);
 	vm_check(t >= 0, "%u/%u client queues in RECONNECT_WAIT, their retry %d ms away",
 		 vm_count_state(q, n, QSM_CM_RECONNECT_WAIT), n, BACKOFF_MS);
 	qsm_ctx_counters(server, &sc, sizeof(sc));
@@ -195,11 +214,20 @@ int main(int argc, char **argv)
 		 BACKOFF_MS);
 	while (vm_count_state(q, n, QSM_CM_LIVE) < n && (vm_now() - t0) * 1000 < RELIVE_LOOK_MS)
 		vm_pump(server, client);
-	printf("port_active relive %u/%u LIVE %.1f s after the link came up (%u CONNECTING; not asserted: see "
-	       "port.c)\n", vm_count_state(q, n, QSM_CM_LIVE), n, vm_now() - t0,
-	       vm_count_state(q, n, QSM_CM_CONNECTING));
+	printf("port_active relive %u/%u LIVE %.1f s after the link came up (%u CONNECTING; %s)\n",
+	       vm_count_state(q, n, QSM_CM_LIVE), n, vm_now() - t0, vm_count_state(q, n, QSM_CM_CONNECTING),
+	       iwarp ? "asserted on siw" : "not asserted on rxe: see port.c");
+	if (iwarp)
+		vm_check(vm_count_state(q, n, QSM_CM_LIVE) == n, "siw: %u/%u client queues LIVE again "
+			 "within %d ms of the link's return, long before their %d ms backoff",
+			 vm_count_state(q, n, QSM_CM_LIVE), n, RELIVE_LOOK_MS, BACKOFF_MS);
 	if (vm_failures)
 		goto out;
+	if (iwarp) {
+		/* `ip addr add` on siw: no async event at all (ibv_asyncwatch shows none) */
+		printf("== no GID_CHANGE step on siw: iWARP has no GID table, siw reports nothing\n");
+		goto close;
+	}
 
 	/* ---- a second address: GID_CHANGE, the device entry's; no queue moves ---- */
 	printf("== ip addr add %s dev %s\n", cidr, netdev);
@@ -222,6 +250,7 @@ int main(int argc, char **argv)
 	(void)ip_cmd(server, client, (char *const[]){ "ip", "addr", "del", cidr, "dev", (char *)netdev, NULL });
 
 	/* ---- close ---- */
+close:
 	for (unsigned i = 0; i < n; i++)
 		qsm_conn_disconnect(q[i]);
 	t0 = vm_now();
