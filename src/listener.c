@@ -23,8 +23,23 @@ struct qsm_listener {
 	struct qsm_timeouts timeouts;
 	uint32_t next_delay_ms;
 	void *user;
+	/* qsm_listener_spread(): the ctxs its requests go to in turn (NULL: its own) */
+	struct qsm_ctx **spread;
+	unsigned nspread, next;
 };
 QSM_TIMER_AFTER_OBJ(struct qsm_listener);
+
+/* A request on its way to another ctx's inbox: what its passive queue is made of there. */
+struct handoff {
+	struct qsm_inbox_item in;
+	struct qsm_fid *id;
+	const struct qsm_class *cls;
+	void *user;
+	struct qsm_timeouts timeouts;
+	int status;
+	uint32_t pdata_len;
+	uint8_t pdata[];
+};
 
 static const struct qsm_obj_ops listener_ops;
 
@@ -34,7 +49,61 @@ static void listener_free(struct qsm_obj *o)
 
 	qsm_fifo_unreserve(l->ctx, QSM_OBJ_EVENTS);
 	qsm_timer_unreserve(l->ctx);
+	free(l->spread);
 	free(l);
+}
+
+/* On the receiving ctx's thread: the id is its fabric's now, and its passive queue is made
+ * here as the listener's own ctx would have made it; one that cannot be made (or a ctx going
+ * away) refuses the request, as the listener does. */
+static void adopt_request(struct qsm_ctx *ctx, struct qsm_inbox_item *in, bool dropping)
+{
+	struct handoff *h = qsm_container_of(in, struct handoff, in);
+	const struct qsm_item it = { .id = h->id, .event = QSM_EV_CONNECT_REQUEST, .status = h->status,
+				     .pdata = h->pdata_len ? h->pdata : NULL, .pdata_len = h->pdata_len };
+
+	ctx->ops->adopt(ctx->fabric, h->id);
+	ctx->counters.adopted++;
+	ctx->device_added = qsm_registry_device_added;
+	ctx->device_event = qsm_registry_device_event;
+	if (dropping || qsm_conn_spawn_passive(ctx, h->cls, h->user, &h->timeouts, &it) < 0) {
+		ctx->counters.action_errors += !dropping;
+		ctx->ops->reject(h->id, NULL, 0);
+		ctx->ops->destroy_id(h->id);
+	}
+	free(h);
+}
+
+/* The request's id to `to` (another ctx, maybe on another thread), its passive queue made
+ * there: 0, or -errno and the request is still here, untouched. */
+static int hand_to(struct qsm_listener *l, struct qsm_ctx *to, const struct qsm_item *it)
+{
+	struct handoff *h = malloc(sizeof(*h) + it->pdata_len);
+	int r;
+
+	if (!h)
+		return -ENOMEM;
+	*h = (struct handoff){ .in.run = adopt_request, .id = it->id, .cls = l->cls, .user = l->user,
+			       .timeouts = l->timeouts, .status = it->status, .pdata_len = it->pdata_len };
+	if (it->pdata_len)
+		memcpy(h->pdata, it->pdata, it->pdata_len);
+	if ((r = l->ctx->ops->handoff(it->id, to->fabric)) < 0) {
+		free(h);
+		return r;
+	}
+	l->ctx->counters.handed_off++;
+	qsm_inbox_push(to, &h->in);
+	return 0;
+}
+
+/* Its own ctx, or the next of its spread; a request that cannot be handed stays here. */
+static int spawn(struct qsm_listener *l, const struct qsm_item *it)
+{
+	struct qsm_ctx *to = l->nspread ? l->spread[l->next++ % l->nspread] : l->ctx;
+
+	if (to != l->ctx && hand_to(l, to, it) == 0)
+		return 0;
+	return qsm_conn_spawn_passive(l->ctx, l->cls, l->user, &l->timeouts, it);
 }
 
 static const char *lstate(int s)
@@ -86,7 +155,7 @@ static void run_action(struct qsm_listener *l, enum qsm_listener_action a, const
 {
 	switch (a) {
 	case QSM_ACT_SPAWN_PASSIVE:
-		if (qsm_conn_spawn_passive(l->ctx, l->cls, l->user, &l->timeouts, it) < 0) {
+		if (spawn(l, it) < 0) {
 			/* No queue for it: the peer hears a reject, not a timeout. */
 			l->ctx->counters.action_errors++;
 			l->ctx->ops->reject(it->id, NULL, 0);
@@ -218,6 +287,29 @@ int qsm_listener_destroy(struct qsm_listener *l)
 	if (r == 0)
 		l->dead = true;
 	return r;
+}
+
+int qsm_listener_spread(struct qsm_listener *l, struct qsm_ctx *const *ctxs, unsigned n)
+{
+	struct qsm_ctx **copy = NULL;
+
+	qsm_check(l && (ctxs || !n) && n <= QSM_MAX_SPREAD, -EINVAL);
+	qsm_check(!l->obj.closed && !l->dead, -EINVAL);
+	for (unsigned i = 0; i < n; i++) {
+		qsm_check(ctxs[i], -EINVAL);
+		/* the same backend, which can hand its ids to another of its fabrics */
+		if (ctxs[i] != l->ctx && (ctxs[i]->ops != l->ctx->ops || !l->ctx->ops->handoff))
+			return -EOPNOTSUPP;
+	}
+	if (n && !(copy = malloc(n * sizeof(*copy))))
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++)
+		copy[i] = ctxs[i];
+	free(l->spread);
+	l->spread = copy;
+	l->nspread = n;
+	l->next = 0;
+	return 0;
 }
 
 int qsm_listener_state(struct qsm_listener *l)

@@ -17,7 +17,8 @@
 
 static struct qsm_sim *sim;
 static struct qsm_ctx *sctx, *cctx;
-static struct harness world = { .ctx = { &cctx, &sctx }, .bound = 10000, .now_ns = 1000 * HARNESS_MS };
+static struct qsm_ctx *wctx;   /* a worker: the server's queues handed to it (spread) */
+static struct harness world = { .ctx = { &cctx, &sctx, &wctx }, .bound = 10000, .now_ns = 1000 * HARNESS_MS };
 static struct sockaddr_in addr;
 
 struct buf {
@@ -183,6 +184,8 @@ static void teardown(void)
 
 	qsm_ctx_free(cctx);
 	qsm_ctx_free(sctx);
+	qsm_ctx_free(wctx);
+	wctx = NULL;
 	qsm_sim_get_stats(sim, &st);
 	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs + st.mws, 0);
 	qsm_sim_free(sim);
@@ -997,6 +1000,117 @@ START_TEST(test_the_door_refuses_each_kind_of_bad_wr_posts_nothing_and_holds_no_
 }
 END_TEST
 
+/* qsm_listener_spread(): the server's listener on sctx hands its requests to a worker ctx
+ * (wctx, as a ULP's other thread would run it); the passive queue lives there -- its
+ * REQUESTED, qp_ready, completions and close -- and echoes as if the worker had listened. */
+static void worker_new(void)
+{
+	struct qsm_fabric *f;
+
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock,
+								.now_arg = &world }, &wctx), 0);
+}
+
+static struct qsm_counters counters_of(struct qsm_ctx *ctx)
+{
+	struct qsm_counters c;
+
+	ck_assert_int_eq(qsm_ctx_counters(ctx, &c, sizeof(c)), 0);
+	return c;
+}
+
+static void echo_once(struct qsm_conn *q, const char *msg)
+{
+	struct qsm_sge s;
+
+	strcpy(cli.data, msg);
+	s = (struct qsm_sge){ (uintptr_t)cli.data, (uint32_t)strlen(msg) + 1, qsm_mr_lkey(cli.mr) };
+	ck_assert_int_eq(qsm_conn_post_send(q, 1, &s, 1, QSM_POST_SIGNALED), 0);
+	memset(cli.data, 0, sizeof(cli.data));
+	pump();
+	ck_assert_str_eq(cli.data, msg);
+}
+
+START_TEST(test_a_spread_listener_hands_each_request_to_the_next_ctx)
+{
+	struct qsm_listener *l = listen_server();
+	struct qsm_ctx *both[2];
+	struct qsm_conn *q, *q2;
+
+	worker_new();
+	both[0] = sctx;
+	both[1] = wctx;
+	ck_assert_int_eq(qsm_listener_spread(NULL, &wctx, 1), -EINVAL);
+	ck_assert_int_eq(qsm_listener_spread(l, NULL, 1), -EINVAL);
+	ck_assert_int_eq(qsm_listener_spread(l, (struct qsm_ctx *[]){ NULL }, 1), -EINVAL);
+	ck_assert_int_eq(qsm_listener_spread(l, &wctx, 1), 0);
+
+	q = client_of(&cli_class);
+	ck_assert_ptr_nonnull(srv_queue);
+	ck_assert_ptr_eq(qsm_conn_ctx(srv_queue), wctx);
+	ck_assert_int_eq(qsm_conn_state(srv_queue), QSM_ACCEPT_LIVE);
+	echo_once(q, "to the worker");
+	ck_assert_uint_eq(counters_of(sctx).handed_off, 1);
+	ck_assert_uint_eq(counters_of(sctx).queues_live, 0);
+	ck_assert_uint_eq(counters_of(wctx).adopted, 1);
+	ck_assert_uint_eq(counters_of(wctx).queues_live, 1);
+	ck_assert_uint_eq(counters_of(wctx).events[QSM_EV_CONNECT_REQUEST], 1);
+
+	/* in turn: the listener's own ctx, then the worker again */
+	ck_assert_int_eq(qsm_listener_spread(l, both, 2), 0);
+	srv_queue = NULL;
+	q2 = client_of(&cli_class);
+	ck_assert_ptr_eq(qsm_conn_ctx(srv_queue), sctx);
+	qsm_conn_destroy(q2);
+	pump();
+	srv_queue = NULL;
+	q2 = client_of(&cli_class);
+	ck_assert_ptr_eq(qsm_conn_ctx(srv_queue), wctx);
+	ck_assert_uint_eq(counters_of(wctx).adopted, 2);
+	ck_assert_uint_eq(counters_of(wctx).queues_live, 2);
+
+	/* closes on the worker's own thread: the client's disconnect ends both of its queues */
+	ck_assert_int_eq(qsm_conn_disconnect(q), 0);
+	ck_assert_int_eq(qsm_conn_disconnect(q2), 0);
+	harness_run_for(&world, 10000);
+	ck_assert_uint_eq(counters_of(wctx).queues_live, 0);
+	ck_assert_uint_eq(counters_of(wctx).unexpected + counters_of(sctx).unexpected, 0);
+	/* back to its own ctx */
+	ck_assert_int_eq(qsm_listener_spread(l, NULL, 0), 0);
+	srv_queue = NULL;
+	cli.mr = NULL;   /* it went with its queue */
+	q = client_of(&cli_class);
+	ck_assert_ptr_eq(qsm_conn_ctx(srv_queue), sctx);
+	ck_assert_uint_eq(counters_of(sctx).handed_off, 2);
+}
+END_TEST
+
+/* A ctx freed with a request handed to it and not taken yet refuses it: the client hears a
+ * reject, and nothing of the id is left. */
+START_TEST(test_a_request_handed_to_a_ctx_freed_before_taking_it_is_refused)
+{
+	struct qsm_listener *l = listen_server();
+	struct qsm_conn *q;
+
+	worker_new();
+	ck_assert_int_eq(qsm_listener_spread(l, &wctx, 1), 0);
+	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &cli_class,
+		.dst = (struct sockaddr *)&addr, .policy = { .initial_delay_ms = 3600000 } }, &q), 0);
+	ck_assert_int_eq(qsm_conn_connect(q), 0);
+	for (int i = 0; i < 20 && !counters_of(sctx).handed_off; i++) {
+		qsm_ctx_dispatch(cctx, 0);
+		qsm_ctx_dispatch(sctx, 0);
+	}
+	ck_assert_uint_eq(counters_of(sctx).handed_off, 1);
+	qsm_ctx_free(wctx);
+	wctx = NULL;
+	pump();
+	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
+	ck_assert_int_eq(qsm_conn_attempts(q), 1);
+}
+END_TEST
+
 /* qsm_conn_set_qp_depth(): a passive queue sized in REQUESTED, before its accept, and an
  * active one before its connect, each instead of its class's caps (64 and 64 by default): the
  * fabric holds each QP to its own depths; 0 leaves the class's. */
@@ -1351,6 +1465,8 @@ static Suite *data_suite(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, test_send_is_received_and_echoed_through_completion_handlers);
 	tcase_add_test(t, test_qp_depth_set_per_queue_replaces_the_class_caps);
+	tcase_add_test(t, test_a_spread_listener_hands_each_request_to_the_next_ctx);
+	tcase_add_test(t, test_a_request_handed_to_a_ctx_freed_before_taking_it_is_refused);
 	tcase_add_test(t, test_rdma_write_and_read_move_data_with_the_peers_rkey);
 	tcase_add_test(t, test_a_read_sink_registration_takes_an_rdma_read);
 	tcase_add_test(t, test_bad_rkey_is_an_error_completion_and_the_queue_drains);

@@ -211,6 +211,10 @@ struct qsm_counters {
 	uint64_t srqs_live;              /* shared receive queues the registry's devices hold */
 	uint64_t stale_retries;          /* fast retries after a stale-connection reject
 	                                    (REJECTED_STALE), not counted as attempts */
+	uint64_t handed_off;             /* requests a listener of this ctx handed to another
+	                                    ctx (qsm_listener_spread) */
+	uint64_t adopted;                /* requests handed to this ctx by another's listener:
+	                                    each a passive queue made here, or refused */
 };
 
 struct qsm_trace_record {
@@ -313,6 +317,13 @@ struct qsm_listener_opts {
 int qsm_listener_new(struct qsm_ctx *ctx, const struct qsm_listener_opts *opts,
 		     struct qsm_listener **ret);
 int qsm_listener_destroy(struct qsm_listener *l);
+/* Several ctxs, one per thread (SPDK's poll groups): each request l takes from now on goes to
+ * the next of ctxs[0..n) in turn, and its passive queue lives there -- its REQUESTED and every
+ * callback after on that ctx's thread -- as if that ctx had listened (l's ctx may be one of
+ * them; n 0: l's own again).  Each ctx must outlive l.  On l's thread; -EOPNOTSUPP for a ctx of
+ * another fabric backend.  qsm_listener_spread(3). */
+#define QSM_MAX_SPREAD 1024
+int qsm_listener_spread(struct qsm_listener *l, struct qsm_ctx *const *ctxs, unsigned n);
 int qsm_listener_state(struct qsm_listener *l);    /* enum qsm_listener_state */
 void *qsm_listener_user(struct qsm_listener *l);
 

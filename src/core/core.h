@@ -5,6 +5,7 @@
 
 #include "core/ctx.h"
 #include "core/fifo.h"
+#include "core/inbox.h"
 #include "core/timer.h"
 #include "core/trace.h"
 

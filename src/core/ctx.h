@@ -3,6 +3,7 @@
 #ifndef QSM_CORE_CTX_H
 #define QSM_CORE_CTX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@ enum qsm_obj_kind { QSM_OBJ_LISTENER, QSM_OBJ_CONN, QSM_OBJ_DEVICE, QSM_OBJ_KIND
 struct qsm_obj;
 struct qsm_item;
 struct qsm_conn_cfg;
+struct qsm_inbox_item;
 struct qsm_obj_ops {
 	void (*dispatch)(struct qsm_obj *o, const struct qsm_item *it);
 	/* Completions c[0..n), each to its owner, in order, while the FIFO stays empty: how many
@@ -171,6 +173,11 @@ struct qsm_ctx {
 	int (*device_event)(struct qsm_ctx *ctx, struct qsm_fdev *d, int event, int status);
 	void (*on_free[4])(struct qsm_ctx *ctx);
 	struct qsm_counters counters;
+	/* The inbox (core/inbox.h): what other threads hand this ctx, behind its own lock. */
+	pthread_mutex_t inbox_lock;
+	struct qsm_inbox_item *inbox_head, **inbox_tail;
+	unsigned inbox_n;             /* items waiting: read without the lock at a pass's start */
+	int inboxfd;
 	/* The private data of the fabric event being dispatched straight from the fabric (not
 	 * through the FIFO): copied here, never allocated; busy while that event is dispatched. */
 	bool now_pdata_busy;

@@ -43,7 +43,7 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
-	ctx->epfd = ctx->timerfd = ctx->kickfd = -1;
+	ctx->epfd = ctx->timerfd = ctx->kickfd = ctx->inboxfd = -1;
 	ctx->now_ns = opts->now_ns ? opts->now_ns : qsm_monotonic_ns;
 	ctx->coarse_slack_ns = opts->now_ns ? 0 : qsm_coarse_slack_ns();
 	ctx->now_arg = opts->now_arg;
@@ -61,7 +61,8 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 		goto fail;
 	}
 	if ((r = epoll_add(ctx->epfd, ctx->timerfd)) < 0 || (r = epoll_add(ctx->epfd, ctx->kickfd)) < 0 ||
-	    (r = epoll_add(ctx->epfd, opts->fabric->ops->fd(opts->fabric))) < 0)
+	    (r = epoll_add(ctx->epfd, opts->fabric->ops->fd(opts->fabric))) < 0 ||
+	    (r = qsm_inbox_init(ctx)) < 0)
 		goto fail;
 
 	/* the slots the pass pins: no event ever waits for the ring to grow (fifo.h) */
@@ -88,6 +89,7 @@ int (qsm_ctx_new)(const struct qsm_ctx_opts *opts, struct qsm_ctx **ret)
 	*ret = ctx;
 	return 0;
 fail:
+	qsm_inbox_fini(ctx);
 	if (ctx->epfd >= 0)
 		close(ctx->epfd);
 	if (ctx->timerfd >= 0)
@@ -120,7 +122,9 @@ void qsm_ctx_free(struct qsm_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	/* No callbacks from here on: tear down every object, then drop queued events. */
+	/* No callbacks from here on: what other ctxs handed this one goes first (its ids are
+	 * this fabric's now), then every object, then the queued events. */
+	qsm_inbox_fini(ctx);
 	teardown_objects(ctx, false);
 	while (ctx->fifo_len) {
 		struct qsm_item *it = &ctx->fifo[ctx->fifo_head];
@@ -357,6 +361,8 @@ int qsm_ctx_dispatch(struct qsm_ctx *ctx, unsigned int budget)
 		ctx->pass_now_read = false;   /* read when first needed (qsm_now) ... */
 		if (ctx->heap_len)
 			qsm_pass_clock(ctx);  /* ... as a timer's expiry is, at once (if it may be due) */
+		if (__builtin_expect(qsm_inbox_nonempty(&ctx->inbox_n), 0))
+			qsm_inbox_take(ctx);   /* before the fabric: the ids handed here, adopted */
 	}
 	while (n < budget) {
 		struct qsm_item *it, now;

@@ -290,6 +290,15 @@ struct qsm_fabric_ops {
 
 	int (*create_id)(struct qsm_fabric *f, void *owner, struct qsm_fid **ret);
 	void (*set_owner)(struct qsm_fid *id, void *owner);
+	/* Optional (NULL: ids stay where they were made).  handoff() gives a passive id just
+	 * returned with its CONNECT_REQUEST (no QP, not accepted or rejected) to `to`, another
+	 * fabric of the same backend, whose ctx may run on another thread: 0, and every event of
+	 * the id comes from `to` from now on (those that come before `to` adopted it are held for
+	 * it, in order); or -errno, and it stays here, unchanged.  Called on this fabric's thread;
+	 * nothing of `to` is touched (the kernel moves the id).  adopt() is `to`'s, on its own
+	 * thread, before it does anything with the id: the id is its own, its held events follow. */
+	int (*handoff)(struct qsm_fid *id, struct qsm_fabric *to);
+	void (*adopt)(struct qsm_fabric *f, struct qsm_fid *id);
 	void (*destroy_id)(struct qsm_fid *id);
 	int (*bind)(struct qsm_fid *id, const struct sockaddr *addr);
 	int (*listen)(struct qsm_fid *id, int backlog);

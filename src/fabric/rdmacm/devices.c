@@ -89,6 +89,26 @@ void qsm_rc_fid_attach(struct qsm_fid *id)
 	id->vc = qsm_rc_vctx_get(id->cm->verbs, id->cm);
 }
 
+void qsm_rc_adopt(struct qsm_fabric *base, struct qsm_fid *id)
+{
+	struct rc_fabric *f = to_fab(base);
+
+	id->adopting = false;
+	qsm_list_add_tail(&f->ids, &id->node);
+	if (id->cm->verbs && (id->dev = dev_of_verbs(f, id->cm->verbs)))
+		id->dev->nids++;
+	while (!qsm_list_empty(&id->held)) {
+		struct qsm_pending *p = qsm_container_of(id->held.next, struct qsm_pending, node);
+
+		qsm_list_del(&p->node);
+		if (p->event == QSM_EV_DEVICE_REMOVAL && id->dev)
+			qsm_rc_dev_removed(id->dev);
+		(void)qsm_pending_push_event(&f->pq, p->event, p->status, id,
+					     p->event == QSM_EV_DEVICE_REMOVAL ? id->dev : NULL, false);
+		qsm_pending_release(p);
+	}
+}
+
 /* ---- the CQ pool ---- */
 
 /* Never blocks: ibv_destroy_cq waits only for events read and not acked, and those are acked

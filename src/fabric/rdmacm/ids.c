@@ -21,6 +21,7 @@ static struct qsm_fid *fid_new(struct rc_fabric *f, struct rdma_cm_id *cm, void 
 	qsm_list_init(&id->qp_node);
 	qsm_list_init(&id->late);
 	qsm_list_init(&id->lq_node);
+	qsm_list_init(&id->held);
 	cm->context = id;
 	qsm_list_add_tail(&f->ids, &id->node);
 	return id;
@@ -52,6 +53,43 @@ void qsm_rc_set_owner(struct qsm_fid *id, void *owner)
 		id->owner = owner;
 }
 
+/* Off this fabric before the kernel moves it: from the migrate on, `to`'s thread may read its
+ * events, and finds it marked adopting (those are held until qsm_rc_adopt). */
+int qsm_rc_handoff(struct qsm_fid *id, struct qsm_fabric *to_base)
+{
+	struct rc_fabric *from, *to;
+	struct qsm_fdev *d;
+
+	if (!id || !to_base || to_base->ops != id->fab->base.ops || !id->requested ||
+	    qsm_rc_fid_has_qp(id))
+		return -EINVAL;
+	from = id->fab;
+	to = to_fab(to_base);
+	if (to == from)
+		return 0;
+	d = id->dev;
+	qsm_pending_drop(&from->pq, id, NULL);
+	qsm_list_del(&id->node);
+	id->dev = NULL;
+	id->fab = to;
+	id->owner = NULL;
+	id->adopting = true;
+	if (rdma_migrate_id(id->cm, to->ch) < 0) {
+		int r = errno_or(EIO);
+
+		id->adopting = false;
+		id->fab = from;
+		id->dev = d;
+		qsm_list_add_tail(&from->ids, &id->node);
+		return r;
+	}
+	if (d) {
+		d->nids--;
+		qsm_rc_dev_settle(d);
+	}
+	return 0;
+}
+
 /* The id gone for good: its kernel id, and what the fabric kept of it. */
 static void fid_free(struct qsm_fid *id)
 {
@@ -61,6 +99,12 @@ static void fid_free(struct qsm_fid *id)
 	 * outcome, for an id destroyed with the fabric: qsm_rc_destroy_id parks it otherwise). */
 	rdma_destroy_id(id->cm);
 	qsm_list_del(&id->node);
+	while (!qsm_list_empty(&id->held)) {
+		struct qsm_pending *p = qsm_container_of(id->held.next, struct qsm_pending, node);
+
+		qsm_list_del(&p->node);
+		qsm_pending_release(p);
+	}
 	qsm_rc_vctx_put(id->vc);
 	free(id);
 	if (d) {
@@ -416,6 +460,22 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 			id->requested = true;
 		} else {
 			id = ce->id->context;
+			if (__builtin_expect(id->adopting, 0)) {
+				/* handed to this fabric, its inbox item not taken yet: held for
+				 * the adopt, in order (no private data: a passive id before its
+				 * accept hears none the runtime reads); out of memory, lost, and
+				 * the request's timeout covers it */
+				struct qsm_pending *p = qsm_pending_alloc(sizeof(*p));
+
+				if (p) {
+					p->event = ev->event;
+					p->status = ev->status;
+					p->id = id;
+					qsm_list_add_tail(&id->held, &p->node);
+				}
+				rdma_ack_cm_event(ce);
+				continue;
+			}
 			/* The active side's READ depth: what it offered, at most what the peer's CM says
 			 * it takes (IB: the REP's responder resources; iWARP: the ORD the provider
 			 * negotiated), as librdmacm sets the QP's max_rd_atomic */

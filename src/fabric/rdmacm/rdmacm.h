@@ -227,6 +227,10 @@ struct qsm_fid {
 	bool iw_connecting;
 	bool parked;                     /* released by its owner, destroyed at its next event */
 	bool qp_unhooked;                /* its QP the owner's no more (qsm_rc_unhook_qp) */
+	/* Handed to another fabric and not adopted by it yet (qsm_rc_handoff): its events are
+	 * held here (struct qsm_pending), in order, until qsm_rc_adopt() */
+	bool adopting;
+	struct qsm_list held;
 };
 
 struct rc_fabric {
@@ -380,6 +384,9 @@ void qsm_rc_vctx_each_link(struct ibv_context *verbs, void (*fn)(struct qsm_list
 
 /* The id's device, once librdmacm knows it (bind, address resolution, a request). */
 void qsm_rc_fid_attach(struct qsm_fid *id);
+/* A request's id from another rdmacm fabric of the process: attached here, its held events
+ * queued behind what waits (devices.c, where its device is found). */
+void qsm_rc_adopt(struct qsm_fabric *base, struct qsm_fid *id);
 /* The PD and the completion channel (the CQs come with QPs): 0 or -errno. */
 int qsm_rc_dev_get_resources(struct qsm_fdev *d, struct rdma_cm_id *via);
 /* `wrs` entries reserved on a CQ of the device's pool that has room for them: one already
@@ -545,6 +552,7 @@ int qsm_rc_srq_wc_take(struct rc_fabric *f, const struct ibv_wc *wc, struct qsm_
 
 int qsm_rc_create_id(struct qsm_fabric *base, void *owner, struct qsm_fid **ret);
 void qsm_rc_set_owner(struct qsm_fid *id, void *owner);
+int qsm_rc_handoff(struct qsm_fid *id, struct qsm_fabric *to);
 void qsm_rc_destroy_id(struct qsm_fid *id);
 int qsm_rc_bind(struct qsm_fid *id, const struct sockaddr *addr);
 int qsm_rc_listen(struct qsm_fid *id, int backlog);

@@ -146,6 +146,32 @@ void sim_set_owner(struct qsm_fid *fid, void *owner)
 		to_id(fid)->owner = owner;
 }
 
+/* A request's id to another fabric of the same world: its events (queued, held, to come)
+ * are `to`'s from now on.  The sim runs every fabric on one thread, so nothing needs holding
+ * until the adopt: the runtime takes its inbox before its fabric. */
+int sim_handoff(struct qsm_fid *fid, struct qsm_fabric *to_base)
+{
+	struct sim_id *id = to_id(fid);
+	struct sim_fabric *to = to_base ? to_fabric(to_base) : NULL;
+
+	if (!id || !to || to->sim != id->fab->sim || id->state != ID_REQ_RCVD)
+		return -EINVAL;
+	if (to == id->fab)
+		return 0;
+	sim_events_move(id, to);
+	qsm_list_del(&id->node);
+	qsm_list_add_tail(&to->ids, &id->node);
+	id->fab = to;
+	id->owner = NULL;
+	return 0;
+}
+
+void sim_adopt(struct qsm_fabric *f, struct qsm_fid *fid)
+{
+	(void)f;
+	(void)fid;
+}
+
 int sim_bind(struct qsm_fid *fid, const struct sockaddr *addr)
 {
 	struct sim_id *id = to_id(fid);

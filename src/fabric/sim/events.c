@@ -145,6 +145,32 @@ void sim_drop_events(struct sim_id *id, int event)
 	}
 }
 
+/* `id` is `to`'s now: its queued events move to `to`'s queue in their order, held ones will
+ * be released there. */
+void sim_events_move(struct sim_id *id, struct sim_fabric *to)
+{
+	struct sim_fabric *from = id->fab;
+	struct qsm_list *pos, *tmp;
+
+	qsm_list_each(pos, tmp, &from->queue) {
+		struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
+
+		if (e->id != id)
+			continue;
+		qsm_list_del(&e->node);
+		if (qsm_list_empty(&from->queue))
+			fabric_quiet(from);
+		e->fab = to;
+		fabric_push(to, e);
+	}
+	qsm_list_each(pos, tmp, &from->sim->held) {
+		struct sim_event *e = qsm_container_of(pos, struct sim_event, node);
+
+		if (e->id == id)
+			e->fab = to;
+	}
+}
+
 /* Drop the pending events of an SRQ (its SRQ_LIMIT), queued or held. */
 void sim_drop_srq_events(struct sim_srq *s)
 {
