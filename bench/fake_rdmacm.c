@@ -181,6 +181,7 @@ static int many_get_event(struct fake_chan *c, struct rdma_cm_event **event)
 	c->out.param.conn.private_data = NULL;
 	c->out.param.conn.private_data_len = 0;
 	c->out.param.conn.responder_resources = 1;
+	c->out.param.conn.initiator_depth = 1;   /* the peer's responder resources, from our side */
 	c->out_held = true;
 	many.events++;
 	/* the peer hangs up as soon as the connection is up */

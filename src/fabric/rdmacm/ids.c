@@ -217,12 +217,21 @@ static unsigned active_ord(const struct qsm_fid *id)
 	return clamp_rd(id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1);
 }
 
-/* The one a passive id accepts with: no more than the request's responder resources */
+/*
+ * The CM hands a request's (and a reply's) two figures over from the receiver's side: its
+ * initiator_depth is the peer's responder resources (the READs we may have in flight there),
+ * its responder_resources the peer's initiator depth (the READs it may have in flight here) --
+ * the IB CM swaps them (cm_req_handler, cm_rep_handler), iWARP's the same.  Measured on rxe and
+ * siw: the kernel's NVMe host asks responder_resources 128, initiator_depth 0, and the request
+ * says initiator_depth 128, responder_resources 0.  Read the other way, a passive queue of
+ * qsm-nvmet had one READ in flight where the host takes 16 (and soft-iWARP then stalled it).
+ */
+/* The one a passive id accepts with: no more than the peer's responder resources */
 static unsigned passive_ord(const struct qsm_fid *id)
 {
 	unsigned init = id->dev && id->dev->max_init_rd_atom ? id->dev->max_init_rd_atom : 1;
 
-	return clamp_rd(id->req_responder_resources < init ? id->req_responder_resources : init);
+	return clamp_rd(id->req_initiator_depth < init ? id->req_initiator_depth : init);
 }
 
 static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void *pdata, size_t len,
@@ -230,8 +239,9 @@ static void conn_param(struct qsm_fid *id, struct rdma_conn_param *p, const void
 {
 	unsigned resp = id->dev && id->dev->max_rd_atom ? id->dev->max_rd_atom : 1;
 
-	if (accept && id->req_initiator_depth < resp)
-		resp = id->req_initiator_depth;
+	/* no more responder resources than the READs the peer will have in flight here */
+	if (accept && id->req_responder_resources < resp)
+		resp = id->req_responder_resources;
 	memset(p, 0, sizeof(*p));
 	p->private_data = len ? pdata : NULL;
 	p->private_data_len = (uint8_t)len;
@@ -477,13 +487,13 @@ int qsm_rc_take_cm_event(struct rc_fabric *f, struct qsm_fabric_event *ev)
 				continue;
 			}
 			/* The active side's READ depth: what it offered, at most what the peer's CM says
-			 * it takes (IB: the REP's responder resources; iWARP: the ORD the provider
-			 * negotiated), as librdmacm sets the QP's max_rd_atomic */
+			 * it takes (the REP's responder resources, which the event hands over as its
+			 * initiator_depth: see passive_ord), as the kernel sets the QP's max_rd_atomic */
 			if (ce->event == RDMA_CM_EVENT_ESTABLISHED && !id->requested) {
 				unsigned o = active_ord(id);
 
-				id->ord = (int16_t)(ce->param.conn.responder_resources < o ?
-						    ce->param.conn.responder_resources : o);
+				id->ord = (int16_t)(ce->param.conn.initiator_depth < o ?
+						    ce->param.conn.initiator_depth : o);
 			}
 			/* An event of an id that connected is its connect's outcome, or after it, but
 			 * for ADDR_CHANGE.  DEVICE_REMOVAL too: the kernel's removal waits for the id's

@@ -217,7 +217,8 @@ struct qsm_fid {
 	qsm_fabric_complete_fn complete;
 	struct qsm_conn *complete_q;
 	struct qsm_list late;            /* struct rc_late of both, in post order */
-	/* CONNECT_REQUEST: what the active side offered (for accept's conn_param) */
+	/* CONNECT_REQUEST: what the active side offered, from our side (initiator_depth: its
+	 * responder resources; ids.c, passive_ord), for accept's conn_param */
 	uint8_t req_initiator_depth, req_responder_resources;
 	bool requested;                  /* made for a CONNECT_REQUEST: a passive id */
 	int16_t ord;                     /* active: the READ depth ESTABLISHED gave, -1 before */
