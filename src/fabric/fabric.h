@@ -294,7 +294,9 @@ struct qsm_fabric_ops {
 	 * returned with its CONNECT_REQUEST (no QP, not accepted or rejected) to `to`, another
 	 * fabric of the same backend, whose ctx may run on another thread: 0, and every event of
 	 * the id comes from `to` from now on (those that come before `to` adopted it are held for
-	 * it, in order); or -errno, and it stays here, unchanged.  Called on this fabric's thread;
+	 * it, in their order, and follow the adopt; a CM event read after it may overtake them,
+	 * as CM events come out of order anyway); or -errno, and it stays here, unchanged.
+	 * Called on this fabric's thread;
 	 * nothing of `to` is touched (the kernel moves the id).  adopt() is `to`'s, on its own
 	 * thread, before it does anything with the id: the id is its own, its held events follow. */
 	int (*handoff)(struct qsm_fid *id, struct qsm_fabric *to);
