@@ -2,6 +2,7 @@
  * device receives DEVICE_REMOVAL, so that queues in the reconnect gap (no id) hear it too. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "registry/registry.h"
@@ -137,7 +138,7 @@ static const char *state_name(int s)
 #define DEVICE_EDGE(from, event, to, timeout, final, actions) \
 	case (event): \
 		actions \
-		qsm_step_taken(ctx, "device", ctx->ops->device_name(d->fdev), d->obj.serial, \
+		qsm_step_taken(ctx, "device", name, d->obj.serial, \
 			       state_name(from), event, state_name(to), status); \
 		qsm_edge_taken(ctx, QSM_MACHINE_DEVICE, from, event); \
 		d->state = (uint8_t)(to); \
@@ -147,10 +148,16 @@ static const char *state_name(int s)
 static void step(struct qsm_device *d, int event, int status, struct qsm_fsrq *srq)
 {
 	struct qsm_ctx *ctx = d->ctx;
+	char name[64] = "";
 
+	/* The device's name for the trace, copied before the edge's actions: the last put of
+	 * a removed device frees the fabric's record of it, name and all (seen by TSan in
+	 * tests/vm/spread.c, traced, through rdma link delete) */
+	if (ctx->tracing)
+		snprintf(name, sizeof(name), "%s", ctx->ops->device_name(d->fdev));
 	/* the sentinel is only bound: anything else (CM_UNKNOWN) has no edge */
 	QSM_SWITCH_DEVICE(d->state, event, DEVICE_EDGE, DEVICE_ACTION,
-			  qsm_step_unexpected(ctx, "device", ctx->ops->device_name(d->fdev),
+			  qsm_step_unexpected(ctx, "device", name,
 					      d->obj.serial, state_name(d->state), event, status))
 }
 
