@@ -64,8 +64,6 @@ static void adopt_request(struct qsm_ctx *ctx, struct qsm_inbox_item *in, bool d
 
 	ctx->ops->adopt(ctx->fabric, h->id);
 	ctx->counters.adopted++;
-	ctx->device_added = qsm_registry_device_added;
-	ctx->device_event = qsm_registry_device_event;
 	if (dropping || qsm_conn_spawn_passive(ctx, h->cls, h->user, &h->timeouts, &it) < 0) {
 		ctx->counters.action_errors += !dropping;
 		ctx->ops->reject(h->id, NULL, 0);
@@ -270,8 +268,7 @@ int (qsm_listener_new)(struct qsm_ctx *ctx, const struct qsm_listener_opts *o, s
 		return r;
 	}
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_LISTENER], &l->obj.node);
-	ctx->device_added = qsm_registry_device_added; /* a removed device may come back */
-	ctx->device_event = qsm_registry_device_event;
+	qsm_registry_hook(ctx);
 	*ret = l;
 	return 0;
 }

@@ -72,8 +72,7 @@ static struct qsm_conn *conn_alloc(struct qsm_ctx *ctx, const struct qsm_class *
 	q->timer.heap_idx = UINT32_MAX;
 	qsm_list_init(&q->du.node);
 	qsm_list_add_tail(&ctx->objs[QSM_OBJ_CONN], &q->obj.node);
-	ctx->device_added = qsm_registry_device_added; /* a queue in the gap waits for one */
-	ctx->device_event = qsm_registry_device_event;
+	qsm_registry_hook(ctx);
 	ctx->counters.queues_live++;
 	return q;
 }

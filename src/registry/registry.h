@@ -75,6 +75,13 @@ void qsm_device_detach(struct qsm_dev_user *u);
 void qsm_registry_device_added(struct qsm_ctx *ctx, int event);
 /* A port's event for the registry's entry of d: 0, or -ENOENT when no queue uses d. */
 int qsm_registry_device_event(struct qsm_ctx *ctx, struct qsm_fdev *d, int event, int status);
+/* The loop's hooks into the registry (core/ctx.h): set by whatever may wait for a device or
+ * use one -- a queue (in the gap it waits for one), a listener (a removed device may return). */
+static inline void qsm_registry_hook(struct qsm_ctx *ctx)
+{
+	ctx->device_added = qsm_registry_device_added;
+	ctx->device_event = qsm_registry_device_event;
+}
 
 /* pool.c: what ibv_reg_mr refuses whatever the device; pools on each device */
 bool qsm_mr_args_valid(const void *addr, size_t len, int access);
