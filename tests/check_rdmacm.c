@@ -1029,6 +1029,91 @@ START_TEST(test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_afte
 }
 END_TEST
 
+/* A provider that completes a send queue out of post order (soft-iWARP: a SEND completes once
+ * TCP has it, ahead of an RDMA READ posted before it that waits for its response): each WR is
+ * still handed out exactly once, the READ's when it comes, and the ring's head waits for it. */
+START_TEST(test_a_send_completed_ahead_of_a_read_before_it_leaves_the_read_to_complete_once)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	uint64_t a, b, c, d;
+
+	wc_rig_new(&r);
+	a = wc_rig_post(&r, WQ_SEND, 300, QSM_WR_RDMA_READ, true);
+	b = wc_rig_post(&r, WQ_SEND, 301, QSM_WR_RDMA_READ, true);
+	(void)wc_rig_post(&r, WQ_SEND, 302, QSM_WR_SEND, false);
+	c = wc_rig_post(&r, WQ_SEND, 303, QSM_WR_SEND, true);
+	wc_push(a, IBV_WC_SUCCESS, WC_QPN, 512, 0, 0);
+	wc_push(c, IBV_WC_SUCCESS, WC_QPN, 16, 0, 0);   /* ahead of b, still out */
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 2);
+	ck_assert_uint_eq(out[0].wc.wr_id, 300);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RDMA_READ);
+	ck_assert_uint_eq(out[1].wc.wr_id, 303);
+	ck_assert_int_eq(out[1].wc.opcode, QSM_WR_SEND);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].head, 1);   /* waits for b */
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].ahead, 1);
+	ck_assert_uint_eq(r.f->wc_order, 1);
+	wc_in_len = wc_in_next = 0;
+	wc_push(c, IBV_WC_SUCCESS, WC_QPN, 16, 0, 0);   /* again: taken already */
+	wc_push(b, IBV_WC_SUCCESS, WC_QPN, 512, 0, 0);
+	wc_push(c, IBV_WC_SUCCESS, WC_QPN, 16, 0, 0);   /* and once head passed it */
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 301);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RDMA_READ);
+	ck_assert_uint_eq(out[0].wc.byte_len, 512);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].head, r.id->wq[WQ_SEND].tail);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].ahead, 0);
+	ck_assert_uint_eq(r.f->wc_stale, 2);
+	ck_assert_uint_eq(r.f->wc_ok, 3);
+	/* the ring goes round: the slot that was done ahead is a plain slot again */
+	wc_in_len = wc_in_next = 0;
+	for (int i = 0; i < 4; i++)
+		d = wc_rig_post(&r, WQ_SEND, 310 + (uint64_t)i, QSM_WR_SEND, true);
+	wc_push(d, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);    /* the last first: three still out */
+	wc_push(d - 3, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);
+	wc_push(d - 1, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);
+	wc_push(d - 2, IBV_WC_SUCCESS, WC_QPN, 1, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 4);
+	ck_assert_uint_eq(out[0].wc.wr_id, 313);
+	ck_assert_uint_eq(out[1].wc.wr_id, 310);
+	ck_assert_uint_eq(out[2].wc.wr_id, 312);
+	ck_assert_uint_eq(out[3].wc.wr_id, 311);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].head, r.id->wq[WQ_SEND].tail);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].ahead, 0);
+	wc_rig_free(&r);
+}
+END_TEST
+
+/* A drain past its timeout flushes what is left once: a send that completed ahead of a READ
+ * is not flushed again, the READ is. */
+START_TEST(test_flush_qp_skips_a_send_that_completed_ahead_of_the_read_before_it)
+{
+	struct rdma_cm_id cm = { 0 };
+	struct ibv_qp qp = { 0 };
+	struct qsm_fabric_cqe out[16];
+	struct wc_rig r;
+	uint64_t c;
+
+	wc_rig_new(&r);
+	cm.qp = &qp;
+	r.id->cm = &cm;
+	(void)wc_rig_post(&r, WQ_SEND, 400, QSM_WR_RDMA_READ, true);
+	c = wc_rig_post(&r, WQ_SEND, 401, QSM_WR_SEND, true);
+	wc_push(c, IBV_WC_SUCCESS, WC_QPN, 16, 0, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 401);
+	r.id->draining = true;
+	ck_assert_int_eq(qsm_rc_flush_qp(r.id, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 400);
+	ck_assert_int_eq(out[0].wc.status, QSM_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(out[0].wc.opcode, QSM_WR_RDMA_READ);
+	ck_assert_int_eq(qsm_rc_flush_qp(r.id, out, 16), 0);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].head, r.id->wq[WQ_SEND].tail);
+	ck_assert_uint_eq(r.id->wq[WQ_SEND].ahead, 0);
+	wc_rig_free(&r);
+}
+END_TEST
+
 /* qsm_rc_drain on a fake QP: ibv_modify_qp wrapped (it only records the state asked for), the
  * QP's context counts the posts (the drain marker's). */
 static int modify_calls, modify_state, marker_posts;
@@ -1367,6 +1452,8 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
 	tcase_add_test(t, test_a_probe_completes_to_no_ulp_and_its_failure_is_the_ids_wc_error);
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);
+	tcase_add_test(t, test_a_send_completed_ahead_of_a_read_before_it_leaves_the_read_to_complete_once);
+	tcase_add_test(t, test_flush_qp_skips_a_send_that_completed_ahead_of_the_read_before_it);
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
 	tcase_add_test(t, test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0);

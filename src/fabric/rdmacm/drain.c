@@ -137,6 +137,11 @@ static int synth_one(struct qsm_fid *id, struct qsm_fabric_cqe *out)
 		while (w->head != w->tail) {
 			struct rc_slot *s = &w->ring[w->head++ & w->mask];
 
+			if (s->done) {   /* completed out of order: reported then */
+				s->done = false;
+				w->ahead--;
+				continue;
+			}
 			/* before the marker, which completed: an unsignaled send is done */
 			if (q == WQ_SEND && !s->signaled)
 				continue;

@@ -167,20 +167,25 @@ struct rc_slot {
 	uint64_t wr_id;                  /* the ULP's */
 	uint8_t opcode;                  /* enum qsm_wr_opcode */
 	bool signaled;
+	bool done;                       /* completed ahead of a signaled WR before it (verbs.c) */
 };
 
 /*
  * One work queue of a QP.  Its WRs complete in post order (the IB spec, for an RC QP without
  * SRQ), so the WRs on the QP are the seqs head..tail-1 and a completion's WR is found from the
- * seq in its wr_id in O(1), with nothing allocated per post.  A WR posted once the QP is in ERR
- * is not given to the QP: it waits on the QP's `late` list, behind its work queue's ring, for
- * its flush from us.
+ * seq in its wr_id in O(1), with nothing allocated per post.  Not every provider keeps that
+ * order on the send queue: soft-iWARP completes a SEND once TCP has it, ahead of an RDMA READ
+ * posted before it that waits for its response.  Such a completion is taken where it stands
+ * and its slot marked done (`ahead` counts them); head stays at the signaled WR still out and
+ * passes the done slots when it completes.  A WR posted once the QP is in ERR is not given to
+ * the QP: it waits on the QP's `late` list, behind its work queue's ring, for its flush from us.
  */
 struct rc_wq {
 	struct rc_slot *ring;
 	uint32_t mask;                   /* ring size - 1 (a power of two, >= cap) */
 	uint32_t cap;                    /* the ULP's limit: tail - head <= cap */
 	uint32_t head, tail;
+	uint32_t ahead;                  /* slots in head..tail-1 done: completed out of order */
 };
 
 struct qsm_fid {
@@ -481,6 +486,16 @@ void qsm_rc_set_sink(struct qsm_fabric *base, const struct qsm_fabric_sink *sink
 void qsm_rc_set_complete(struct qsm_fid *id, qsm_fabric_complete_fn fn, struct qsm_conn *q);
 /* Bytes the fabric holds for one QP of these caps (the id, its table entry, its rings). */
 size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr);
+/* wq.c: a work queue's ring for cap WRs (0, or -ENOMEM), and let go of */
+int qsm_rc_wq_init(struct rc_wq *w, uint32_t cap);
+void qsm_rc_wq_fini(struct rc_wq *w);
+/* head past the slots done ahead of it (w->ahead: only then is it called) */
+void qsm_rc_wq_catch_up(struct rc_wq *w);
+/* The slot of the WR a completion names in work queue w, taken, when it is not the head's: a
+ * skip over unsignaled sends, or a send completed ahead of a signaled WR still out (marked
+ * done); NULL when the completion is stale (that WR completed already: flushed by us, or a
+ * destroyed QP's leftover). */
+struct rc_slot *qsm_rc_wq_take_slow(struct rc_fabric *f, struct rc_wq *w, bool recv, uint32_t seq);
 /* The fabric's list of WRs for posts, freed with the fabric. */
 void qsm_rc_send_lists_free(struct rc_fabric *f);
 

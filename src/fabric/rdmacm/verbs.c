@@ -36,16 +36,6 @@ static __attribute__((noinline)) struct qsm_fid *wc_take_other(struct rc_fabric 
 	return NULL;
 }
 
-/* The WRs before seq completed without a completion: unsignaled sends (a work queue completes
- * in order), else a provider that broke the order, counted. */
-static __attribute__((noinline)) void wq_skip_to(struct rc_fabric *f, struct rc_wq *w, bool recv,
-						 uint32_t seq)
-{
-	for (; w->head != seq; w->head++)
-		if (recv || w->ring[w->head & w->mask].signaled)
-			f->wc_order++;
-}
-
 /* An error completion of the WR in slot s (taken): the QP is in ERR; the WR's own opcode is
  * reported, wc->opcode being undefined in error completions. */
 static __attribute__((noinline)) struct qsm_fid *wc_error(struct qsm_fid *id, const struct rc_wq *w,
@@ -68,18 +58,6 @@ static __attribute__((noinline)) struct qsm_fid *wc_error(struct qsm_fid *id, co
 	return id;
 }
 
-/* The slot of the WR a completion names in work queue w, taken, when it is not the head's: a
- * skip over unsignaled sends; NULL when the completion is stale (that WR completed already:
- * flushed by us, or a destroyed QP's leftover).  Out of line: the head's is wc_take_wq's. */
-static __attribute__((noinline)) struct rc_slot *wq_take_slow(struct rc_fabric *f, struct rc_wq *w,
-							       bool recv, uint32_t seq)
-{
-	if (seq == w->head || seq - w->head >= w->tail - w->head)
-		return NULL;   /* the head's with nothing posted, or outside head..tail-1 */
-	wq_skip_to(f, w, recv, seq);
-	return &w->ring[w->head++ & w->mask];
-}
-
 /* A completion of the WR it names in the QP's work queue q (a constant where it is called, so
  * that each work queue's is straight-line code): the head's WR taken inline, the rest out of
  * line.  A success writes out->wc only (owner and id are the caller's to write, if it goes
@@ -96,7 +74,9 @@ static inline __attribute__((always_inline)) struct qsm_fid *wc_take_wq(struct r
 	if (__builtin_expect(seq == head && head != w->tail, 1)) {
 		s = &w->ring[head & w->mask];
 		w->head = head + 1;
-	} else if (!(s = wq_take_slow(f, w, q == WQ_RECV, seq))) {
+		if (__builtin_expect(w->ahead != 0, 0))
+			qsm_rc_wq_catch_up(w);
+	} else if (!(s = qsm_rc_wq_take_slow(f, w, q == WQ_RECV, seq))) {
 		f->wc_stale++;
 		return NULL;
 	}
@@ -407,41 +387,6 @@ void qsm_rc_set_complete(struct qsm_fid *id, qsm_fabric_complete_fn fn, struct q
 	id->complete_q = fn ? q : NULL;
 }
 
-static void wq_fini(struct rc_wq *w)
-{
-	free(w->ring);
-	w->ring = NULL;
-	w->head = w->tail = w->cap = w->mask = 0;
-}
-
-static uint32_t ring_size(uint32_t cap)
-{
-	uint32_t size = 1;
-
-	while (size < cap)
-		size <<= 1;
-	return size;
-}
-
-static int wq_init(struct rc_wq *w, uint32_t cap)
-{
-	uint32_t size = ring_size(cap);
-
-	w->ring = calloc(size, sizeof(*w->ring));
-	if (!w->ring)
-		return -ENOMEM;
-	w->mask = size - 1;
-	w->cap = cap;
-	w->head = w->tail = 0;
-	return 0;
-}
-
-size_t qsm_rc_qp_bytes(uint32_t max_send_wr, uint32_t max_recv_wr)
-{
-	return sizeof(struct qsm_fid) + sizeof(struct rc_tent) +
-	       (ring_size(max_send_wr) + ring_size(max_recv_wr)) * sizeof(struct rc_slot);
-}
-
 /* The fabric's list of WRs long enough for a send queue of `cap` (0, or -ENOMEM). */
 static int send_lists_reserve(struct rc_fabric *f, uint32_t cap)
 {
@@ -478,8 +423,8 @@ void qsm_rc_send_lists_free(struct rc_fabric *f)
 static void qp_state_free(struct qsm_fid *id)
 {
 	qsm_rc_flushes_forget(id);
-	wq_fini(&id->wq[WQ_SEND]);
-	wq_fini(&id->wq[WQ_RECV]);
+	qsm_rc_wq_fini(&id->wq[WQ_SEND]);
+	qsm_rc_wq_fini(&id->wq[WQ_RECV]);
 	id->draining = id->qp_err = id->qp_rts = id->flush_all = id->drained_due = id->last_wqe = false;
 	id->probe_out = id->probe_failed = false;
 }
@@ -507,7 +452,7 @@ int qsm_rc_create_qp(struct qsm_fid *id, const struct qsm_fabric_qp_attr *a)
 	/* The rings: every WR's record, so that no post or completion allocates; the fabric's
 	 * list of WRs long enough for this send queue (at least one, for a cap of 0). */
 	if (send_lists_reserve(id->fab, a->max_send_wr + 1) < 0 ||
-	    wq_init(&id->wq[WQ_SEND], a->max_send_wr) < 0 || wq_init(&id->wq[WQ_RECV], a->max_recv_wr) < 0) {
+	    qsm_rc_wq_init(&id->wq[WQ_SEND], a->max_send_wr) < 0 || qsm_rc_wq_init(&id->wq[WQ_RECV], a->max_recv_wr) < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}

@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: the kernel host's writes time out, I/O timeout and reconnect, in 2 of 3 runs even with the namespace registered QSM_ACCESS_READ_SINK; tests/vm/README.md)
+# qsm-vm: transports rxe siw
 # VM scenario: examples/nvmet/qsm-nvmet (a userspace NVMe over Fabrics RDMA target on rdma-qsm)
 # with the Linux kernel's NVMe-oF host (nvme-rdma, driven by nvme-cli) as its client:
 #   discover, connect, 4 MiB written with dd and read back identical, then (unless the first

@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: the target's writes stall there, nvmeof.sh; tests/vm/README.md)
+# qsm-vm: transports rxe siw
 # qsm-vm: timeout 600
 # VM scenario: device removal in the middle of fio, on examples/nvmet/qsm-nvmet with the Linux
 # kernel's NVMe-oF host (issue 19). fio writes random 4 KiB blocks (iodepth 16, 1,500/s) with crc32c
