@@ -623,6 +623,82 @@ START_TEST(test_bad_arguments_and_illegal_downcalls_return_negative_errno)
 }
 END_TEST
 
+/* qsm_ctx_call(): each call runs once, in order, inside the ctx's next dispatch, its fd
+ * readable meanwhile; a call made by a call runs at the next pass; a ctx freed with calls not
+ * taken cancels them (-ECANCELED), so their args can be let go; bad arguments are -EINVAL. */
+struct call_log {
+	int n, order[8], status[8];
+	struct qsm_ctx *ctx[8];
+};
+
+static struct call_log *call_logs[8];   /* a call's arg: its slot here, which names its log */
+
+static void logged_call(struct qsm_ctx *ctx, void *arg, int status)
+{
+	struct call_log *log = *(struct call_log **)arg;
+	int i = log->n++;
+
+	log->order[i] = (int)((struct call_log **)arg - call_logs);
+	log->status[i] = status;
+	log->ctx[i] = ctx;
+}
+
+static void call_again(struct qsm_ctx *ctx, void *arg, int status)
+{
+	logged_call(ctx, arg, status);
+	if (status == 0)
+		ck_assert_int_eq(qsm_ctx_call(ctx, logged_call, &call_logs[3]), 0);
+}
+
+static bool fd_readable(struct qsm_ctx *c)
+{
+	struct pollfd p = { .fd = qsm_ctx_fd(c), .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+START_TEST(test_ctx_call_runs_each_call_once_in_order_on_the_next_dispatch_or_cancels_it)
+{
+	struct call_log log = { 0 }, gone = { 0 };
+	struct qsm_ctx *c = new_ctx();
+
+	for (int i = 0; i < 8; i++)
+		call_logs[i] = &log;
+	pump(0);
+	ck_assert(!fd_readable(cctx));
+	ck_assert_int_eq(qsm_ctx_call(cctx, logged_call, &call_logs[0]), 0);
+	ck_assert_int_eq(qsm_ctx_call(cctx, logged_call, &call_logs[1]), 0);
+	ck_assert_int_eq(qsm_ctx_call(cctx, call_again, &call_logs[2]), 0);
+	ck_assert_int_eq(log.n, 0);   /* nothing runs in the caller's call */
+	ck_assert(fd_readable(cctx));
+	ck_assert_int_ge(qsm_ctx_dispatch(cctx, 1), 0);
+	ck_assert_int_eq(log.n, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(log.order[i], i);
+		ck_assert_int_eq(log.status[i], 0);
+		ck_assert_ptr_eq(log.ctx[i], cctx);
+	}
+	ck_assert(fd_readable(cctx));   /* the call made by a call: the next pass's */
+	ck_assert_int_ge(qsm_ctx_dispatch(cctx, 1), 0);
+	ck_assert_int_eq(log.n, 4);
+	ck_assert_int_eq(log.order[3], 3);
+	ck_assert(!fd_readable(cctx));
+	/* freed with calls not taken: each cancelled, once */
+	for (int i = 0; i < 8; i++)
+		call_logs[i] = &gone;
+	ck_assert_int_eq(qsm_ctx_call(c, logged_call, &call_logs[0]), 0);
+	ck_assert_int_eq(qsm_ctx_call(c, call_again, &call_logs[1]), 0);
+	qsm_ctx_free(c);
+	ck_assert_int_eq(gone.n, 2);
+	ck_assert_int_eq(gone.status[0], -ECANCELED);
+	ck_assert_int_eq(gone.status[1], -ECANCELED);
+	ck_assert_int_eq(gone.order[1], 1);
+	ck_assert_int_eq(qsm_ctx_call(NULL, logged_call, NULL), -EINVAL);
+	ck_assert_int_eq(qsm_ctx_call(cctx, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(log.n, 4);
+}
+END_TEST
+
 /* A comp_mask bit this library does not know comes from a binary built against a newer one:
  * refused with -EOPNOTSUPP, on every caller-filled struct and every class up the chain, and
  * nothing is made. */
@@ -1043,13 +1119,6 @@ START_TEST(test_resource_exhaustion_retries_when_max_exhausted_is_never)
 }
 END_TEST
 
-static bool fd_readable(struct qsm_ctx *c)
-{
-	struct pollfd p = { .fd = qsm_ctx_fd(c), .events = POLLIN };
-
-	return poll(&p, 1, 0) == 1;
-}
-
 /* The ctx's fd is readable exactly while work waits: a downcall from outside a pass kicks
  * it, a pass that ends with its budget spent leaves it readable, and one that drained the
  * FIFO (the work it queued itself included, with no eventfd write) leaves it quiet. */
@@ -1368,6 +1437,7 @@ static Suite *runtime_suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_timer_heap_shrinks_back_after_its_queues_go);
 	tcase_add_test(t, test_queue_fails_over_to_another_device_through_set_dst_and_the_others_take_no_edge);
+	tcase_add_test(t, test_ctx_call_runs_each_call_once_in_order_on_the_next_dispatch_or_cancels_it);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -1,12 +1,15 @@
 /* rdma-qsm: a ctx's inbox (core/inbox.h): items pushed from any thread under one lock, an
- * eventfd in the ctx's epoll readable while any wait, taken in order by the ctx's thread. */
+ * eventfd in the ctx's epoll readable while any wait, taken in order by the ctx's thread; and
+ * the one use of it the API offers, qsm_ctx_call(). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "argcheck.h"
 #include "core/ctx.h"
 #include "core/inbox.h"
 
@@ -85,4 +88,37 @@ void qsm_inbox_push(struct qsm_ctx *ctx, struct qsm_inbox_item *it)
 void qsm_inbox_take(struct qsm_ctx *ctx)
 {
 	run_all(ctx, detach(ctx), false);
+}
+
+/* ---- qsm_ctx_call(): a function run on the ctx's thread ---- */
+
+struct ctx_call {
+	struct qsm_inbox_item in;   /* first: the inbox hands it back as this */
+	qsm_call_fn fn;
+	void *arg;
+};
+
+static void call_run(struct qsm_ctx *ctx, struct qsm_inbox_item *in, bool dropping)
+{
+	struct ctx_call *c = (struct ctx_call *)(void *)in;
+	qsm_call_fn fn = c->fn;
+	void *arg = c->arg;
+
+	free(c);   /* before the call: fn may free ctx's objects, or call again */
+	fn(ctx, arg, dropping ? -ECANCELED : 0);
+}
+
+int qsm_ctx_call(struct qsm_ctx *ctx, qsm_call_fn fn, void *arg)
+{
+	struct ctx_call *c;
+
+	qsm_check(ctx && fn, -EINVAL);
+	c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->in.run = call_run;
+	c->fn = fn;
+	c->arg = arg;
+	qsm_inbox_push(ctx, &c->in);
+	return 0;
 }

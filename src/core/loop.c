@@ -102,7 +102,6 @@ fail:
 	return r;
 }
 
-/* Kind by kind, in the order of enum qsm_obj_kind (listeners first: no new queue comes). */
 /* Kind by kind, in the order of enum qsm_obj_kind (listeners first: no new queue comes).
  * A teardown takes its object off the list; the objects of a kind share one teardown pass. */
 static void teardown_objects(struct qsm_ctx *ctx, bool last)

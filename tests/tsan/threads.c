@@ -10,7 +10,8 @@
  * queues are live (every queue through the gap and back to LIVE, messages again), then every
  * active queue disconnects and closes, the listener and the passive queues go, the ctx is freed
  * and the world with it.  Every count is checked: a round that does not go the whole way fails,
- * so the test cannot pass on a scenario that stopped early.
+ * so the test cannot pass on a scenario that stopped early.  Then one thread's qsm_ctx_call()s
+ * into a ctx another thread runs (calls_across_threads).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -230,6 +231,78 @@ static void one_round(struct world *w, unsigned round)
 	w->total += w->received;
 }
 
+/* ---- qsm_ctx_call(): another thread's calls into a ctx that runs on its own thread ---- */
+
+#define CALLS 2000
+
+struct callee {
+	struct qsm_sim *sim;
+	struct qsm_ctx *ctx;
+	struct qsm_conn *q;     /* made and destroyed by calls, on the ctx's thread */
+	unsigned ran, queues;   /* the ctx's thread's alone */
+	int run_rc;
+};
+
+static void call_step(struct qsm_ctx *ctx, void *arg, int status)
+{
+	struct callee *c = arg;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(4420) };
+
+	if (status != 0)
+		return;
+	c->ran++;
+	/* the library called on the ctx's objects from inside the call, as a handler would */
+	if (!c->q) {
+		inet_pton(AF_INET, "192.0.2.1", &sa.sin_addr);
+		if (qsm_conn_new(ctx, &(struct qsm_conn_opts){ .cls = &ulp_class, .dst = (struct sockaddr *)&sa,
+								.user = NULL }, &c->q) == 0)
+			c->queues++;
+	} else {
+		qsm_conn_destroy(c->q);
+		c->q = NULL;
+	}
+	if (c->ran == CALLS)
+		qsm_ctx_stop(ctx);
+}
+
+static void *callee_main(void *arg)
+{
+	struct callee *c = arg;
+
+	c->run_rc = qsm_ctx_run(c->ctx, 60000);
+	return NULL;
+}
+
+/* CALLS calls from this thread into a ctx that another thread runs (qsm_ctx_run, asleep on its
+ * fd between them): each runs there once, the last stops it. */
+static int calls_across_threads(void)
+{
+	struct callee c = { 0 };
+	struct qsm_fabric *f;
+	pthread_t t;
+
+	if (qsm_sim_new(&c.sim) || qsm_sim_device_add(c.sim, "simc", "192.0.2.1") ||
+	    qsm_sim_fabric_new(c.sim, &f) || qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f }, &c.ctx))
+		return fprintf(stderr, "tsan: calls: setup failed\n"), 1;
+	if (pthread_create(&t, NULL, callee_main, &c) != 0)
+		return 1;
+	for (unsigned i = 0; i < CALLS; i++)
+		if (qsm_ctx_call(c.ctx, call_step, &c) != 0)
+			return fprintf(stderr, "tsan: calls: qsm_ctx_call failed\n"), 1;
+	pthread_join(t, NULL);
+	if (c.q)
+		qsm_conn_destroy(c.q);
+	qsm_ctx_free(c.ctx);
+	qsm_sim_free(c.sim);
+	if (c.run_rc != 0 || c.ran != CALLS || c.queues != CALLS / 2) {
+		fprintf(stderr, "tsan: calls: run %d, %u of %d calls ran, %u queues made\n", c.run_rc, c.ran,
+			CALLS, c.queues);
+		return 1;
+	}
+	printf("tsan: %d calls from another thread ran on the ctx's thread, each once\n", CALLS);
+	return 0;
+}
+
 static pthread_barrier_t start;   /* both threads run their rounds at once */
 
 static void *thread_main(void *arg)
@@ -266,5 +339,5 @@ int main(void)
 			       "device removed and back, closed\n", i, ROUNDS, QUEUES, w[i].total);
 		}
 	}
-	return failed;
+	return failed | calls_across_threads();
 }
