@@ -250,8 +250,8 @@ int qsm_ctx_next_timeout_ms(struct qsm_ctx *ctx);
  * dispatches at least once, so 0 is a non-blocking pass); -1 waits forever. */
 int qsm_ctx_run(struct qsm_ctx *ctx, int timeout_ms);
 void qsm_ctx_stop(struct qsm_ctx *ctx);
-/* From any thread: fn(ctx, arg, 0) runs on ctx's own thread, inside its next qsm_ctx_dispatch()
- * (at the start of a pass, before the fabric's events; not counted in its budget), where fn may
+/* From any thread: fn(ctx, arg, 0) runs on ctx's own thread, at the start of its next dispatch
+ * pass (before the fabric's events; not counted in the budget), inside qsm_ctx_dispatch(), where fn may
  * call the library on ctx's objects as a handler does; ctx's fd wakes for it.  Calls run in the
  * order they were made.  A ctx freed first calls fn(ctx, arg, -ECANCELED) from qsm_ctx_free()
  * (let arg go; call nothing on ctx).  0, -EINVAL, -ENOMEM.  ctx must outlive the call itself.
