@@ -161,6 +161,18 @@ int main(int argc, char **argv)
 	vm_check(t >= 0, "%u/%u client queues LIVE after %.3f s", vm_count_state(q, n, QSM_CM_LIVE), n, t);
 	if (vm_failures)
 		goto out;
+	/* and their passive ends: a passive queue is LIVE once its own ESTABLISHED is dispatched,
+	 * which may come after its client's (siw's is asserted on both sides below) */
+	t0 = vm_now();
+	qsm_ctx_counters(server, &sc, sizeof(sc));
+	while (sc.queues_live < n && (vm_now() - t0) * 1000 < CONNECT_LIMIT_MS) {
+		vm_pump(server, client);
+		qsm_ctx_counters(server, &sc, sizeof(sc));
+	}
+	vm_check(sc.queues_live == n, "%llu/%u server passive queues LIVE after %.3f s",
+		 (unsigned long long)sc.queues_live, n, vm_now() - t0);
+	if (vm_failures)
+		goto out;
 
 	/* ---- the link down: PORT_ERR, every queue fails over at once ---- */
 	printf("== ip link set %s down, %u LIVE queues\n", netdev, n);
