@@ -74,8 +74,8 @@ static inline __attribute__((always_inline)) struct qsm_fid *wc_take_wq(struct r
 	if (__builtin_expect(seq == head && head != w->tail, 1)) {
 		s = &w->ring[head & w->mask];
 		w->head = head + 1;
-		if (__builtin_expect(w->ahead != 0, 0))
-			qsm_rc_wq_catch_up(w);
+		if (q == WQ_SEND && __builtin_expect(w->ahead != 0, 0))
+			qsm_rc_wq_catch_up(w);   /* a receive queue completes in order: never ahead */
 	} else if (!(s = qsm_rc_wq_take_slow(f, w, q == WQ_RECV, seq))) {
 		f->wc_stale++;
 		return NULL;

@@ -59,37 +59,31 @@ void qsm_rc_wq_catch_up(struct rc_wq *w)
 }
 
 /* The WRs before seq completed without a completion: unsignaled sends (a work queue completes
- * in order), else a provider that broke the order, counted.  A send queue's signaled WR not
- * yet completed is still out (the provider reordered: soft-iWARP completes a SEND once TCP
- * has it, ahead of a READ posted before it): seq's slot is taken where it stands, marked
- * done, and head waits for that WR.  NULL: seq's completion came already. */
+ * in order), else a provider that broke the order, counted.  On the send queue seq's slot is
+ * marked done and head catches up: through it, or up to a signaled WR before it still out
+ * (the provider reordered: soft-iWARP completes a SEND once TCP has it, ahead of a READ posted
+ * before it), which head then waits for.  NULL: seq's completion came already. */
 static struct rc_slot *wq_skip_to(struct rc_fabric *f, struct rc_wq *w, bool recv, uint32_t seq)
 {
 	struct rc_slot *s = &w->ring[seq & w->mask];
 
+	if (recv) {
+		f->wc_order += seq - w->head;
+		w->head = seq + 1;
+		return s;
+	}
 	if (s->done)
 		return NULL;
-	for (uint32_t i = w->head; !recv && i != seq; i++) {
+	for (uint32_t i = w->head; i != seq; i++) {
 		const struct rc_slot *o = &w->ring[i & w->mask];
 
 		if (o->signaled && !o->done) {
 			f->wc_order++;
-			s->done = true;
-			w->ahead++;
-			return s;
+			break;
 		}
 	}
-	for (; w->head != seq; w->head++) {
-		struct rc_slot *o = &w->ring[w->head & w->mask];
-
-		if (recv) {
-			f->wc_order++;
-		} else if (o->done) {
-			o->done = false;
-			w->ahead--;
-		}
-	}
-	w->head++;
+	s->done = true;
+	w->ahead++;
 	qsm_rc_wq_catch_up(w);
 	return s;
 }
