@@ -143,7 +143,8 @@ struct host {
 
 static struct qsm_sim *sim;
 static struct qsm_ctx *hctx;                 /* the host's; the target's is tctx */
-static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000, .now_ns = 1000 * HARNESS_MS };
+static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000, .now_ns = 1000 * HARNESS_MS,
+				 .after_dispatch = nvmet_flush_posts };
 static struct sockaddr_in addr;
 static struct host hosts[NHOSTS];
 

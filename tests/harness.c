@@ -43,6 +43,8 @@ int harness_dispatch(struct harness *h)
 			return total;
 		}
 		total += n;
+		if (h->after_dispatch)
+			total += h->after_dispatch();
 	}
 	return total;
 }

@@ -22,6 +22,9 @@ struct harness {
 	uint64_t now_ns;                 /* the virtual clock */
 	unsigned bound;                  /* dispatch passes per settle, timer jumps per run; 0: 100000 */
 	void (*on_failure)(const char *msg); /* how a bound or a dispatch error fails; NULL: ck_abort_msg */
+	/* after every ctx's dispatch, as a ULP's loop runs it (examples/nvmet: the responses it
+	 * gathered, posted); returns work it made (counted as events: the settle goes on) */
+	int (*after_dispatch)(void);
 };
 
 /* qsm_ctx_opts.now_ns, with now_arg the harness. */

@@ -304,6 +304,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "qsm-nvmet: dispatch: %s\n", strerror(-r));
 			break;
 		}
+		nvmet_flush_posts();   /* the responses it made: one post list per queue */
 		/* caught up: the Keep Alive Timers; not before, or a host would pay for the
 		 * target's own delay (a queue the tick disconnected is work pending now) */
 		ka = r < BUDGET ? nvmet_keep_alive_tick() : 0;

@@ -140,6 +140,14 @@ struct nvmet_queue {
 	 * behind it in the send queue */
 	uint32_t rd_out, rd_max;
 	int32_t rd_head, rd_tail; /* requests waiting to READ (rd_next), -1: none */
+	/* Responses (a read's data WRITE, then its response SEND) gathered while the ctx
+	 * dispatches, posted as one list after it (nvmet_flush_posts): one doorbell for them all,
+	 * as SPDK's poll groups post at the end of each poll.  At most 2 WRs a request. */
+	struct qsm_wr *pend;
+	struct qsm_sge *pend_sge;
+	uint32_t npend;
+	struct nvmet_queue *dirty_next;   /* on the list of queues with WRs to post */
+	int dirty;
 	struct nvmet_queue *next, *prev;   /* every queue alive, for the exit */
 };
 
@@ -152,6 +160,9 @@ void nvmet_srqs_free_all(void);        /* at exit, after qsm_ctx_free() */
 /* Sends the response (after the RDMA WRITE of r->c2h, if any) and frees r when it is sent.
  * status: SCT << 8 | SC, | NVME_STATUS_DNR. */
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);
+/* After each qsm_ctx_dispatch(): the responses it made, posted, one list per queue.  Returns
+ * how many WRs it posted (work the ctx will hear of). */
+int nvmet_flush_posts(void);
 /* Takes r's host data (len bytes) into dst (lkey), then calls then(r): copied from the capsule
  * at once if it came in it, else by an RDMA READ within the queue's read window. */
 void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,

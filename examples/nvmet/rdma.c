@@ -252,6 +252,21 @@ int nvmet_identities(char *buf, size_t len)
 	return q_ok && c_ok && cmd_ok && srq_ok;
 }
 
+/* The queues with responses gathered and not posted yet (nvmet_flush_posts). */
+static struct nvmet_queue *dirty_queues;
+
+/* nq off that list: it goes, its gathered responses with it (never posted: the host hears
+ * of the queue's end instead). */
+static void undirty(struct nvmet_queue *nq)
+{
+	for (struct nvmet_queue **p = &dirty_queues; nq->dirty && *p; p = &(*p)->dirty_next) {
+		if (*p == nq) {
+			*p = nq->dirty_next;
+			nq->dirty = 0;
+		}
+	}
+}
+
 /* What the queue allocated itself (the MR handles go with the queue). */
 static void nq_free(struct nvmet_queue *nq)
 {
@@ -273,6 +288,12 @@ static void nq_free(struct nvmet_queue *nq)
 			w->srq->nfree++;
 		}
 	}
+	undirty(nq);
+	free(nq->pend);
+	free(nq->pend_sge);
+	nq->pend = NULL;
+	nq->pend_sge = NULL;
+	nq->npend = 0;
 	free(nq->wait);
 	nq->wait = NULL;
 	free(nq->recv_bufs);
@@ -311,8 +332,16 @@ void nvmet_queues_take_all(void)
 			exit_bufs[exit_nbufs++] = nq->free_list;
 			exit_bufs[exit_nbufs++] = nq->wait;
 		}
+		/* the gathered WRs: ours alone (a post copies them), never posted now */
+		free(nq->pend);
+		free(nq->pend_sge);
+		nq->pend = NULL;
+		nq->pend_sge = NULL;
+		nq->npend = 0;
+		nq->dirty = 0;
 		nq_unlink(nq);
 	}
+	dirty_queues = NULL;
 }
 
 void nvmet_queues_free_all(void)
@@ -345,8 +374,10 @@ static int nq_alloc(struct nvmet_queue *nq)
 	nq->reqs = calloc(nq->nreqs, sizeof(*nq->reqs));
 	nq->free_list = calloc(nq->nreqs, sizeof(*nq->free_list));
 	nq->wait = calloc(nq->depth, sizeof(*nq->wait));
+	nq->pend = calloc(2 * (size_t)nq->nreqs, sizeof(*nq->pend));
+	nq->pend_sge = calloc(2 * (size_t)nq->nreqs, sizeof(*nq->pend_sge));
 	if ((!nq->recv_bufs && !g_opts.srq_depth) || !nq->rsps || !nq->bufs || !nq->reqs ||
-	    !nq->free_list || !nq->wait)
+	    !nq->free_list || !nq->wait || !nq->pend || !nq->pend_sge)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nq->nreqs; i++) {
 		struct nvmet_req *r = &nq->reqs[i];
@@ -442,9 +473,8 @@ static int recv_release(struct nvmet_req *r)
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 {
 	struct nvmet_queue *nq = r->nq;
-	struct qsm_sge ds, rs;
-	struct qsm_wr wr[2];
-	int rc, n = 0, posted = 0;
+	struct qsm_sge *sge;
+	struct qsm_wr *wr;
 
 	r->answered = 1;
 	g_stats.answered++;
@@ -460,27 +490,64 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	r->rsp->sqid = htole16(nq->qid);
 	r->rsp->cid = r->cmd.cid;
 	r->rsp->status = htole16((uint16_t)(status << 1));
-	/* A read's data and its response in one list, one doorbell (as the kernel's nvmet-rdma
-	 * chains them); RC ordering places the data before the response that follows it.  The
-	 * WRITE is unsignaled: the response's completion covers it. */
+	/* A read's data and its response, in that order (RC ordering places the data before the
+	 * response that follows it), gathered with the other responses of this dispatch and
+	 * posted with them after it.  The WRITE is unsignaled: the response's completion covers
+	 * it. */
+	wr = &nq->pend[nq->npend];
+	sge = &nq->pend_sge[nq->npend];
 	if (!status && r->c2h_len) {
-		ds = (struct qsm_sge){ .addr = (uintptr_t)r->c2h, .length = r->c2h_len, .lkey = r->c2h_lkey };
-		wr[n++] = (struct qsm_wr){ .wr_id = WR_ID(WR_WRITE, r->idx), .opcode = QSM_WR_RDMA_WRITE,
-					   .sg_list = &ds, .num_sge = 1, .remote_addr = r->raddr,
-					   .rkey = r->rkey };
+		*sge = (struct qsm_sge){ .addr = (uintptr_t)r->c2h, .length = r->c2h_len, .lkey = r->c2h_lkey };
+		*wr++ = (struct qsm_wr){ .wr_id = WR_ID(WR_WRITE, r->idx), .opcode = QSM_WR_RDMA_WRITE,
+					 .sg_list = sge++, .num_sge = 1, .remote_addr = r->raddr,
+					 .rkey = r->rkey };
+		nq->npend++;
 	}
-	rs = (struct qsm_sge){ .addr = (uintptr_t)r->rsp, .length = sizeof(*r->rsp),
-			       .lkey = qsm_mr_lkey(nq->rsp_mr) };
-	wr[n++] = (struct qsm_wr){ .wr_id = WR_ID(WR_SEND, r->idx), .opcode = QSM_WR_SEND, .sg_list = &rs,
-				   .num_sge = 1, .flags = QSM_POST_SIGNALED };
-	rc = qsm_conn_post_list(nq->q, wr, n, &posted);
-	if (rc < 0) {
-		/* nothing of it will complete to us: the response never went (an unsignaled WRITE
-		 * posted before it completes with nothing) */
-		req_put(r);
-		if (rc != -ENOTCONN)
-			nq_fail(nq, n == 2 && !posted ? "cannot post RDMA WRITE" : "cannot post the response");
+	*sge = (struct qsm_sge){ .addr = (uintptr_t)r->rsp, .length = sizeof(*r->rsp),
+				 .lkey = qsm_mr_lkey(nq->rsp_mr) };
+	*wr = (struct qsm_wr){ .wr_id = WR_ID(WR_SEND, r->idx), .opcode = QSM_WR_SEND, .sg_list = sge,
+			       .num_sge = 1, .flags = QSM_POST_SIGNALED };
+	nq->npend++;
+	if (!nq->dirty) {
+		nq->dirty = 1;
+		nq->dirty_next = dirty_queues;
+		dirty_queues = nq;
 	}
+}
+
+/* nq's gathered responses, posted as one list.  What was not posted never completes to us: a
+ * response that did not go frees its request (an unsignaled WRITE posted before it completes
+ * with nothing). */
+static void flush_queue(struct nvmet_queue *nq)
+{
+	int n = (int)nq->npend, posted = 0, rc;
+
+	nq->npend = 0;
+	rc = qsm_conn_post_list(nq->q, nq->pend, n, &posted);
+	if (rc >= 0)
+		return;
+	for (int k = posted; k < n; k++)
+		if (nq->pend[k].opcode == QSM_WR_SEND)
+			req_put(&nq->reqs[nq->pend[k].wr_id >> 8]);
+	if (rc != -ENOTCONN)
+		nq_fail(nq, posted < n && nq->pend[posted].opcode == QSM_WR_RDMA_WRITE ?
+				    "cannot post RDMA WRITE" : "cannot post the response");
+}
+
+int nvmet_flush_posts(void)
+{
+	int n = 0;
+
+	while (dirty_queues) {
+		struct nvmet_queue *nq = dirty_queues;
+
+		dirty_queues = nq->dirty_next;
+		nq->dirty = 0;
+		n += (int)nq->npend;
+		if (nq->npend)
+			flush_queue(nq);
+	}
+	return n;
 }
 
 static void post_read(struct nvmet_req *r)
