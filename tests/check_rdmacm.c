@@ -852,6 +852,61 @@ static void wc_push(uint64_t tag, enum ibv_wc_status st, uint32_t qpn, uint32_t 
 					      .imm_data = imm };
 }
 
+/* A provider that loses a CQ's notification (soft-iWARP under load: tests/vm/README.md): the CQ
+ * waits, armed as far as the fabric knows, with a completion in it and no event coming.  The
+ * next time the fabric wakes for anything else (at most every CQ_COLD_CHECK_NS) it polls that
+ * CQ once, hands the completion over and counts it; a cold CQ with nothing in it is re-armed
+ * and left cold at its first empty poll. */
+START_TEST(test_a_cold_cq_whose_notification_was_lost_is_polled_at_the_next_wake_up)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	uint64_t r0;
+
+	wc_rig_new(&r);
+	r.c->hot = false;   /* armed, waiting for its event */
+	r.f->hot = 0;
+	r.c->nqps = 1;
+	r0 = wc_rig_post(&r, WQ_RECV, 100, QSM_WR_RECV, true);
+	wc_push(r0, IBV_WC_SUCCESS, WC_QPN, 10, 0, 0);   /* in the CQ; its event never comes */
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	r.f->cold_check_at = qsm_rc_now_ns() - CQ_COLD_CHECK_NS;
+	qsm_rc_cq_check_cold(r.f);
+	ck_assert(r.c->hot && r.c->checked);
+	ck_assert_uint_eq(r.f->hot, 1);
+	ck_assert_uint_eq(r.f->cq_checks, 1);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 100);
+	ck_assert_uint_eq(r.f->cq_rescued, 1);
+	ck_assert(!r.c->checked);
+	/* hot now, as any CQ with completions: it goes cold after hot_idle empty polls */
+	for (unsigned k = 0; k < r.f->hot_idle; k++)
+		ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(!r.c->hot);
+	ck_assert_uint_eq(r.f->hot, 0);
+	/* within CQ_COLD_CHECK_NS of the last: nothing */
+	qsm_rc_cq_check_cold(r.f);
+	ck_assert(!r.c->hot);
+	ck_assert_uint_eq(r.f->cq_checks, 1);
+	/* later, the CQ empty: one poll, re-armed, cold again; nothing counted as rescued */
+	r.f->cold_check_at = qsm_rc_now_ns() - CQ_COLD_CHECK_NS;
+	qsm_rc_cq_check_cold(r.f);
+	ck_assert(r.c->hot);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(!r.c->hot && !r.c->checked);
+	ck_assert_uint_eq(r.f->hot, 0);
+	ck_assert_uint_eq(r.f->cq_checks, 2);
+	ck_assert_uint_eq(r.f->cq_rescued, 1);
+	/* a CQ of the pool without QPs is not polled */
+	r.c->nqps = 0;
+	r.f->cold_check_at = qsm_rc_now_ns() - CQ_COLD_CHECK_NS;
+	qsm_rc_cq_check_cold(r.f);
+	ck_assert(!r.c->hot);
+	ck_assert_uint_eq(r.f->cq_checks, 2);
+	wc_rig_free(&r);
+}
+END_TEST
+
 START_TEST(test_poll_completes_each_wr_once_and_drops_stale_tags)
 {
 	struct wc_rig r;
@@ -1449,6 +1504,7 @@ static Suite *rdmacm_suite(void)
 	suite_add_tcase(s, t);
 	t = tcase_create("completions");
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
+	tcase_add_test(t, test_a_cold_cq_whose_notification_was_lost_is_polled_at_the_next_wake_up);
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
 	tcase_add_test(t, test_a_probe_completes_to_no_ulp_and_its_failure_is_the_ids_wc_error);
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);

@@ -365,10 +365,46 @@ void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c)
 	qsm_rc_hot_changed(f, 1);
 }
 
+void qsm_rc_cq_check_cold(struct rc_fabric *f)
+{
+	struct qsm_list *dpos, *dtmp, *pos, *tmp;
+	uint64_t now = qsm_rc_now_ns();
+
+	if (now - f->cold_check_at < CQ_COLD_CHECK_NS)
+		return;
+	f->cold_check_at = now;
+	qsm_list_each(dpos, dtmp, &f->devs) {
+		struct qsm_fdev *d = qsm_container_of(dpos, struct qsm_fdev, node);
+
+		if (!d->cc)
+			continue;
+		/* the events the channel holds first: a CQ whose event is there is not checked, so
+		 * what a check finds is what no event announced */
+		qsm_rc_cq_events(d);
+		qsm_list_each(pos, tmp, &d->cqs) {
+			struct rc_cq *c = qsm_container_of(pos, struct rc_cq, node);
+
+			if (c->hot || (!c->nqps && !c->own))
+				continue;
+			qsm_rc_cq_heat(f, c);
+			c->checked = true;
+			c->idle = f->hot_idle - 1;   /* an empty first poll re-arms it and lets it go */
+			f->cq_checks++;
+		}
+	}
+}
+
+void qsm_rc_cq_rescued(struct rc_fabric *f, struct rc_cq *c)
+{
+	c->checked = false;
+	f->cq_rescued++;
+}
+
 int qsm_rc_cq_poll_empty(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max)
 {
 	int n;
 
+	c->checked = false;
 	/* A busy CQ between two completions: polled again, still unarmed, a few times (a poll
 	 * costs no system call; a re-arm and the channel read that follows cost two). */
 	if (++c->idle < d->fab->hot_idle)

@@ -46,8 +46,10 @@ static void rc_destroy(struct qsm_fabric *base)
 			(unsigned long long)f->cq_resized);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: get_event %llu calls, %llu epoll_waits (sources read only when ready); "
-			"hot CQs re-armed after %u empty polls\n",
-			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits, f->hot_idle);
+			"hot CQs re-armed after %u empty polls; CQs waiting for their events polled anyway %llu "
+			"times, %llu of them holding completions no event announced\n",
+			(unsigned long long)f->get_calls, (unsigned long long)f->epoll_waits, f->hot_idle,
+			(unsigned long long)f->cq_checks, (unsigned long long)f->cq_rescued);
 	if (getenv("QSM_RDMACM_STATS"))
 		fprintf(stderr, "qsm rdmacm: bytes per QP %llu (ours: id, table entry, rings; the average of %llu "
 			"QPs created; not the provider's or the kernel's)\n",
@@ -235,7 +237,9 @@ static int get_event(struct rc_fabric *f, struct qsm_fabric_event *ev, struct qs
 			goto rest;
 		}
 		f->hot_skips = 0;
-		if (!learn_ready(f) && !f->hot)
+		r = learn_ready(f);
+		qsm_rc_cq_check_cold(f);
+		if (!r && !f->hot)
 			return -EAGAIN;
 	}
 	if (f->ready_cm) {

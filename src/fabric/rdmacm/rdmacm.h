@@ -116,6 +116,7 @@ struct rc_cq {
 	bool own;                        /* an SRQ's receive CQ, not the pool's: no QP is placed on it */
 	unsigned drains;                 /* QPs in rc_fabric.dq waiting for a poll to find it empty */
 	unsigned empty_ticks;            /* ticks (1 s) seen while it had no QP */
+	bool checked;                    /* heated by qsm_rc_cq_check_cold(), not polled since */
 };
 
 #define CQ_IDLE_TICKS 5                  /* ticks an empty CQ is kept: 4-5 s after its last QP */
@@ -131,6 +132,10 @@ enum {
 	MON_ADDR_GONE = 1 << 2,          /* an address went (RTM_DELADDR) */
 	MON_LOST = 1 << 3,               /* the socket overran: messages were lost */
 };
+
+/* How often, at most, the CQs that wait for their events are polled once anyway, when the
+ * fabric wakes for something else (qsm_rc_cq_check_cold): a provider can lose a notification. */
+#define CQ_COLD_CHECK_NS 1000000000ull
 
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
 #define CQ_HOT_IDLE_MAX 65536            /* the fabric's hot_idle, between these two */
@@ -317,6 +322,9 @@ struct rc_fabric {
 	 * and its next wake-up is read at once). */
 	unsigned empty_run;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
+	/* qsm_rc_cq_check_cold(): when it last ran; CQs it heated, and of them those whose first
+	 * poll found completions no event had announced (for QSM_RDMACM_STATS) */
+	uint64_t cold_check_at, cq_checks, cq_rescued;
 	/* QPs created, and what they held of ours (qsm_rc_qp_bytes of their caps); for QSM_RDMACM_STATS */
 	uint64_t qps_created, qp_bytes;
 };
@@ -412,6 +420,14 @@ bool qsm_rc_cq_trim(struct qsm_fdev *d, unsigned ticks);
 void qsm_rc_cq_events(struct qsm_fdev *d);
 /* The CQ polled at the next get_event, without waiting for its event. */
 void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c);
+/* The fabric woke (epoll asked): at most every CQ_COLD_CHECK_NS, each CQ waiting for its event
+ * is heated, to be polled once and re-armed at once if it has nothing.  A provider that loses a
+ * CQ's notification (soft-iWARP does under load: tests/vm/README.md) would leave every QP on
+ * that CQ waiting for good; this finds its completions at the next wake-up for anything else,
+ * at no wake-up of its own (an idle fabric is still never woken). */
+void qsm_rc_cq_check_cold(struct rc_fabric *f);
+/* A CQ the check heated had completions at its first poll: counted. */
+void qsm_rc_cq_rescued(struct rc_fabric *f, struct rc_cq *c);
 /* A hot CQ that had no completions: polled again, unarmed, a few times; then re-armed and
  * polled once more, and cold if that finds none either.  Completions found, or 0. */
 int qsm_rc_cq_poll_empty(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc, int max);

@@ -154,6 +154,8 @@ static inline int cq_poll(struct qsm_fdev *d, struct rc_cq *c, struct ibv_wc *wc
 
 	if (__builtin_expect(n > 0, 1)) {
 		c->idle = 0;
+		if (__builtin_expect(c->checked, 0))
+			qsm_rc_cq_rescued(d->fab, c);
 		return n;
 	}
 	return qsm_rc_cq_poll_empty(d, c, wc, max);
