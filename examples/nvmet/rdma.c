@@ -263,6 +263,7 @@ static void undirty(struct nvmet_queue *nq)
 		if (*p == nq) {
 			*p = nq->dirty_next;
 			nq->dirty = 0;
+			break;
 		}
 	}
 }

@@ -104,7 +104,8 @@ struct fq {
 static struct qsm_sim *sim;
 static struct qsm_ctx *tctx, *hctx;
 static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000,
-				.now_ns = 1000 * HARNESS_MS, .on_failure = harness_failed };
+				.now_ns = 1000 * HARNESS_MS, .on_failure = harness_failed,
+				.after_dispatch = nvmet_flush_posts };
 static struct sockaddr_in addr;
 static struct fq fqs[NQUEUES];
 static unsigned nfq;
