@@ -145,9 +145,8 @@ struct nvmet_queue {
 	 * as SPDK's poll groups post at the end of each poll.  At most 2 WRs a request. */
 	struct qsm_wr *pend;
 	struct qsm_sge *pend_sge;
-	uint32_t npend;
-	struct nvmet_queue *dirty_next;   /* on the list of queues with WRs to post */
-	int dirty;
+	uint32_t npend;                   /* > 0: on the list of queues with WRs to post */
+	struct nvmet_queue *dirty_next;
 	struct nvmet_queue *next, *prev;   /* every queue alive, for the exit */
 };
 

@@ -252,20 +252,24 @@ int nvmet_identities(char *buf, size_t len)
 	return q_ok && c_ok && cmd_ok && srq_ok;
 }
 
-/* The queues with responses gathered and not posted yet (nvmet_flush_posts). */
+/* The queues with responses gathered and not posted yet (npend > 0: nvmet_flush_posts). */
 static struct nvmet_queue *dirty_queues;
 
-/* nq off that list: it goes, its gathered responses with it (never posted: the host hears
- * of the queue's end instead). */
-static void undirty(struct nvmet_queue *nq)
+/* nq's gathered responses let go, never posted (the host hears of the queue's end instead),
+ * and nq off that list. */
+static void pend_drop(struct nvmet_queue *nq)
 {
-	for (struct nvmet_queue **p = &dirty_queues; nq->dirty && *p; p = &(*p)->dirty_next) {
+	for (struct nvmet_queue **p = &dirty_queues; nq->npend && *p; p = &(*p)->dirty_next) {
 		if (*p == nq) {
 			*p = nq->dirty_next;
-			nq->dirty = 0;
 			break;
 		}
 	}
+	nq->npend = 0;
+	free(nq->pend);
+	free(nq->pend_sge);
+	nq->pend = NULL;
+	nq->pend_sge = NULL;
 }
 
 /* What the queue allocated itself (the MR handles go with the queue). */
@@ -289,12 +293,7 @@ static void nq_free(struct nvmet_queue *nq)
 			w->srq->nfree++;
 		}
 	}
-	undirty(nq);
-	free(nq->pend);
-	free(nq->pend_sge);
-	nq->pend = NULL;
-	nq->pend_sge = NULL;
-	nq->npend = 0;
+	pend_drop(nq);
 	free(nq->wait);
 	nq->wait = NULL;
 	free(nq->recv_bufs);
@@ -333,16 +332,9 @@ void nvmet_queues_take_all(void)
 			exit_bufs[exit_nbufs++] = nq->free_list;
 			exit_bufs[exit_nbufs++] = nq->wait;
 		}
-		/* the gathered WRs: ours alone (a post copies them), never posted now */
-		free(nq->pend);
-		free(nq->pend_sge);
-		nq->pend = NULL;
-		nq->pend_sge = NULL;
-		nq->npend = 0;
-		nq->dirty = 0;
+		pend_drop(nq);   /* ours alone (a post copies them), never posted now */
 		nq_unlink(nq);
 	}
-	dirty_queues = NULL;
 }
 
 void nvmet_queues_free_all(void)
@@ -495,6 +487,10 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	 * response that follows it), gathered with the other responses of this dispatch and
 	 * posted with them after it.  The WRITE is unsignaled: the response's completion covers
 	 * it. */
+	if (!nq->npend) {   /* its first of this dispatch: on the list */
+		nq->dirty_next = dirty_queues;
+		dirty_queues = nq;
+	}
 	wr = &nq->pend[nq->npend];
 	sge = &nq->pend_sge[nq->npend];
 	if (!status && r->c2h_len) {
@@ -509,11 +505,6 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	*wr = (struct qsm_wr){ .wr_id = WR_ID(WR_SEND, r->idx), .opcode = QSM_WR_SEND, .sg_list = sge,
 			       .num_sge = 1, .flags = QSM_POST_SIGNALED };
 	nq->npend++;
-	if (!nq->dirty) {
-		nq->dirty = 1;
-		nq->dirty_next = dirty_queues;
-		dirty_queues = nq;
-	}
 }
 
 /* nq's gathered responses, posted as one list.  What was not posted never completes to us: a
@@ -543,10 +534,8 @@ int nvmet_flush_posts(void)
 		struct nvmet_queue *nq = dirty_queues;
 
 		dirty_queues = nq->dirty_next;
-		nq->dirty = 0;
 		n += (int)nq->npend;
-		if (nq->npend)
-			flush_queue(nq);
+		flush_queue(nq);
 	}
 	return n;
 }
