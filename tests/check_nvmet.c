@@ -15,9 +15,24 @@
 
 /* What examples/nvmet/main.c owns in the real target: here the test is the target's host program. */
 struct nvmet_opts g_opts;
-struct nvmet_stats g_stats;
 uint8_t *g_ns;
-struct qsm_pool *g_ns_pool;
+
+/* The target's thread (its ctx: tctx), as main.c makes each of its threads (-T), and a second one (tt2, its
+ * ctx tctx2) in the tests of a target on two threads */
+static struct nvmet_thread tt, tt2;
+
+static int flush_posts(void)
+{
+	return nvmet_flush_posts(&tt) + (tt2.ctx ? nvmet_flush_posts(&tt2) : 0);
+}
+
+static uint64_t ctrls_counted(int freed)
+{
+	uint64_t created, gone;
+
+	nvmet_ctrls_counted(&created, &gone);
+	return freed ? gone : created;
+}
 
 #define NS_SIZE (1u << 20)
 #define HOSTNQN "nqn.2014-08.org.nvmexpress:uuid:check-nvmet-host"
@@ -143,8 +158,10 @@ struct host {
 
 static struct qsm_sim *sim;
 static struct qsm_ctx *hctx;                 /* the host's; the target's is tctx */
-static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000, .now_ns = 1000 * HARNESS_MS,
-				 .after_dispatch = nvmet_flush_posts };
+static struct qsm_ctx *tctx2;                /* the target's second thread's (setup_two) */
+static struct qsm_listener *tl;              /* the target's listener, on tctx */
+static struct harness world = { .ctx = { &hctx, &tctx, &tctx2 }, .bound = 100000, .now_ns = 1000 * HARNESS_MS,
+				 .after_dispatch = flush_posts };
 static struct sockaddr_in addr;
 static struct host hosts[NHOSTS];
 
@@ -452,9 +469,7 @@ static void host_close(struct host *h)
 static void setup_with(uint32_t srq_depth)
 {
 	struct qsm_fabric *f;
-	struct qsm_listener *l;
 
-	memset(&g_stats, 0, sizeof(g_stats));
 	memset(hosts, 0, sizeof(hosts));
 	accept_fails = reject_fails = 0;
 	pool_fails = 0;
@@ -471,12 +486,12 @@ static void setup_with(uint32_t srq_depth)
 	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }, &tctx), 0);
 	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
 	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }, &hctx), 0);
-	ck_assert_int_eq(qsm_ctx_reg_pool(tctx, g_ns, NS_SIZE, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool), 0);
+	ck_assert_int_eq(nvmet_thread_init(&tt, tctx), 0);
 	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
 	ck_assert_int_eq(qsm_listener_new(tctx, &(struct qsm_listener_opts){
 		.addr = (struct sockaddr *)&addr, .cls = nvmet_class(),
-		.relisten = { .initial_delay_ms = 100, .max_delay_ms = 100 } }, &l), 0);
+		.relisten = { .initial_delay_ms = 100, .max_delay_ms = 100 } }, &tl), 0);
 }
 
 static void setup(void)
@@ -489,6 +504,20 @@ static void setup_srq(void)
 	setup_with(NVMET_MAX_DEPTH);
 }
 
+/* The target on two threads (-T 2), as main.c makes it: a second ctx, its thread tt2, the
+ * listener spread over both.  One test thread runs both ctxs, in turn: what crosses from one
+ * to the other goes as it does between threads (qsm_ctx_call). */
+static void setup_two(void)
+{
+	struct qsm_fabric *f;
+
+	setup_with(0);
+	ck_assert_int_eq(qsm_sim_fabric_new(sim, &f), 0);
+	ck_assert_int_eq(qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f, .now_ns = harness_clock, .now_arg = &world }, &tctx2), 0);
+	ck_assert_int_eq(nvmet_thread_init(&tt2, tctx2), 0);
+	ck_assert_int_eq(qsm_listener_spread(tl, (struct qsm_ctx *[]){ tctx, tctx2 }, 2), 0);
+}
+
 /* As main.c ends: the target's queues and controllers go without callbacks; nothing leaks. */
 static void teardown(void)
 {
@@ -497,14 +526,29 @@ static void teardown(void)
 
 	char line[512];
 
+	struct nvmet_tally sum = { .srq_ok = 1 };
+
 	ck_assert_int_eq(qsm_ctx_counters(tctx, &c, sizeof(c)), 0);
 	ck_assert_uint_eq(c.unexpected, 0);
-	ck_assert_msg(nvmet_identities(line, sizeof(line)), "target identities: %s", line);
+	nvmet_tally(&tt, &sum);
+	if (tctx2) {
+		ck_assert_int_eq(qsm_ctx_counters(tctx2, &c, sizeof(c)), 0);
+		ck_assert_uint_eq(c.unexpected, 0);
+		nvmet_tally(&tt2, &sum);
+	}
+	ck_assert_msg(nvmet_identities(&sum, line, sizeof(line)), "target identities: %s", line);
 	qsm_ctx_free(hctx);
-	nvmet_queues_take_all();
-	qsm_ctx_free(tctx);
+	nvmet_queues_take_all(&tt);
+	if (tctx2)
+		nvmet_queues_take_all(&tt2);
+	qsm_ctx_free(tctx);   /* the listener's first: it spreads to tctx2 */
+	qsm_ctx_free(tctx2);
+	tctx2 = NULL;
 	nvmet_queues_free_all();
-	nvmet_srqs_free_all();
+	nvmet_thread_fini(&tt);
+	if (tt2.ctx)
+		nvmet_thread_fini(&tt2);
+	tt2.ctx = NULL;
 	nvmet_ctrls_free_all();
 	qsm_sim_get_stats(sim, &st);
 	ck_assert_uint_eq(st.ids + st.qps + st.device_refs + st.mrs, 0);
@@ -526,13 +570,13 @@ START_TEST(test_host_connects_admin_and_io_queues_and_closing_frees_all)
 	pump();
 	ck_assert_int_eq(host_status(io, 1, &r), NVME_SC_SUCCESS);
 	ck_assert_uint_eq(r, cntlid);
-	ck_assert_uint_eq(nvmet_queues_live(), 2);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 2);
 	host_close(io);
 	host_close(a);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
-	ck_assert_uint_eq(g_stats.ctrls_created, 1);
-	ck_assert_uint_eq(g_stats.ctrls_freed, 1);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
+	ck_assert_uint_eq(ctrls_counted(0), 1);
+	ck_assert_uint_eq(ctrls_counted(1), 1);
 }
 END_TEST
 
@@ -549,7 +593,7 @@ START_TEST(test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_th
 	ck_assert_int_eq(accept_fails, 0);
 	ck_assert(h->rejected);
 	ck_assert(h->released);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
 
 	/* a request nvmet turns down (hsqsize 0: a queue of one entry), and the reject fails */
 	reject_fails = ENOMEM;
@@ -557,13 +601,13 @@ START_TEST(test_accept_or_reject_failing_in_request_handler_unlinks_and_frees_th
 	pump();
 	ck_assert_int_eq(reject_fails, 0);
 	ck_assert(h->rejected);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
-	ck_assert_uint_eq(g_stats.queues_requested, 2);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
+	ck_assert_uint_eq(tt.stats.queues_requested, 2);
 
 	host_admin_up(2, &a, 1);
-	ck_assert_uint_eq(nvmet_queues_live(), 1);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 1);
 	host_close(a);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
 }
 END_TEST
@@ -585,7 +629,7 @@ START_TEST(test_pipelined_connects_on_one_queue_make_one_controller)
 	ck_assert_int_eq(host_status(h, 1, &cntlid), NVME_SC_SUCCESS);
 	ck_assert_int_eq(host_status(h, 2, NULL), NVME_SC_CMD_SEQ_ERROR);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
-	ck_assert_uint_eq(g_stats.ctrls_created, 1);
+	ck_assert_uint_eq(ctrls_counted(0), 1);
 
 	host_send_connect(h, 3, 0, NVMET_AQ_DEPTH - 1, 0xffff);
 	pump();
@@ -594,7 +638,7 @@ START_TEST(test_pipelined_connects_on_one_queue_make_one_controller)
 
 	host_close(h);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
-	ck_assert_uint_eq(g_stats.ctrls_freed, 1);
+	ck_assert_uint_eq(ctrls_counted(1), 1);
 }
 END_TEST
 
@@ -624,7 +668,7 @@ START_TEST(test_duplicate_io_connects_bind_once_and_admin_close_frees_the_contro
 	ck_assert(io->lost);
 	ck_assert(io->released);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
 }
 END_TEST
 
@@ -643,7 +687,7 @@ START_TEST(test_admin_queues_beyond_the_controller_cap_are_rejected_at_the_reque
 	ck_assert(h->rejected);
 	ck_assert_uint_eq(h->rej_sts, NVME_RDMA_CM_NO_RSC);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 2);
-	ck_assert_uint_eq(nvmet_queues_live(), 2);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 2);
 
 	host_close(a[0]);
 	host_admin_up(3, &a[0], 1);
@@ -675,10 +719,10 @@ START_TEST(test_io_queues_beyond_the_queue_cap_are_rejected_at_the_request)
 	pump();
 	ck_assert(h->rejected);
 	ck_assert_uint_eq(h->rej_sts, NVME_RDMA_CM_NO_RSC);
-	ck_assert_uint_eq(nvmet_queues_live(), 3);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 3);
 	host_close(&hosts[2]);
 	host_up(5, 1, 15);
-	ck_assert_uint_eq(nvmet_queues_live(), 3);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 3);
 }
 END_TEST
 
@@ -726,7 +770,7 @@ START_TEST(test_unknown_opcode_or_fctype_is_invalid_opcode_and_before_connect_a_
 	ck_assert_int_eq(host_status(fresh, 1, NULL), NVME_SC_CMD_SEQ_ERROR);
 	ck_assert_int_eq(host_status(fresh, 2, NULL), NVME_SC_CMD_SEQ_ERROR);
 	ck_assert_int_eq(host_dnr(a, 10), 1);
-	ck_assert_uint_eq(g_stats.protocol_errors, 0);
+	ck_assert_uint_eq(tt.stats.protocol_errors, 0);
 	ck_assert(io->live && a->live && fresh->live);
 }
 END_TEST
@@ -775,7 +819,7 @@ START_TEST(test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused)
 	c[4].flags = NVME_CMD_PSDT_SGL | 1;                         /* fused, first */
 	c[5].sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_INVALIDATE;
 	host_expect(io, c, st, 6);
-	ck_assert_uint_eq(g_stats.reads, 1);
+	ck_assert_uint_eq(tt.stats.reads, 1);
 }
 END_TEST
 
@@ -808,7 +852,7 @@ START_TEST(test_sgl_length_zero_beyond_mdts_or_unlike_the_transfer_is_data_sgl_l
 	c[1] = sqe_of(NVME_ADMIN_KEEP_ALIVE, 0);
 	sgl_keyed(a, &c[1], 64);
 	host_expect(a, c, st, 2);
-	ck_assert_uint_eq(g_stats.reads + g_stats.writes, 0);
+	ck_assert_uint_eq(tt.stats.reads + tt.stats.writes, 0);
 
 	/* a Connect whose data descriptor is empty */
 	io = host_up(2, 2, 15);
@@ -838,7 +882,7 @@ START_TEST(test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid)
 	c[3].nsid = htole32(1);
 	sgl_in_capsule(&c[3], 0, 0);
 	host_expect(io, c, st, 4);
-	ck_assert_uint_eq(g_stats.writes, 0);
+	ck_assert_uint_eq(tt.stats.writes, 0);
 }
 END_TEST
 
@@ -948,8 +992,8 @@ START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read
 	 * to send its next capsule */
 	ck_assert_str_eq(posts, "r[s]");
 	ck_assert_uint_eq(reads_posted, 0);
-	ck_assert_uint_eq(g_stats.in_capsule, 2);
-	ck_assert_uint_eq(g_stats.writes, 1);
+	ck_assert_uint_eq(tt.stats.in_capsule, 2);
+	ck_assert_uint_eq(tt.stats.writes, 1);
 	ck_assert_mem_eq(g_ns + (40 << NVMET_LBA_SHIFT), data, sizeof(data));
 
 	/* the read's data and its response go in one list, one doorbell: the WRITE, then the SEND */
@@ -1002,8 +1046,8 @@ START_TEST(test_in_capsule_data_at_the_edges_of_icd)
 			      host_status(io, (uint16_t)(10 + i), NULL), st[i]);
 	ck_assert_mem_eq(g_ns, data, 1024);
 	ck_assert_mem_eq(g_ns + (8 << NVMET_LBA_SHIFT), data + 512, 512);
-	ck_assert_uint_eq(g_stats.writes, 2);
-	ck_assert_uint_eq(g_stats.in_capsule, 2);
+	ck_assert_uint_eq(tt.stats.writes, 2);
+	ck_assert_uint_eq(tt.stats.in_capsule, 2);
 	ck_assert_uint_eq(reads_posted, 0);
 	ck_assert(io->live);
 
@@ -1011,7 +1055,7 @@ START_TEST(test_in_capsule_data_at_the_edges_of_icd)
 	pump();
 	ck_assert(io->lost);
 	ck_assert_int_eq(host_status(io, 20, NULL), -1);
-	ck_assert_uint_eq(g_stats.wc_errors, 1);
+	ck_assert_uint_eq(tt.stats.wc_errors, 1);
 }
 END_TEST
 
@@ -1035,7 +1079,7 @@ START_TEST(test_no_in_capsule_data_on_the_admin_queue_nor_with_icd_zero)
 	host_send_capsule(a, &s, a->io, 16);
 	pump();
 	ck_assert(a->released && io->released);
-	ck_assert_uint_eq(g_stats.wc_errors, 1);
+	ck_assert_uint_eq(tt.stats.wc_errors, 1);
 
 	g_opts.icd_size = 0;
 	io = host_io_up(&a);
@@ -1052,7 +1096,7 @@ START_TEST(test_no_in_capsule_data_on_the_admin_queue_nor_with_icd_zero)
 	s = rw_capsule(io, NVME_CMD_WRITE, 12, 0, 1, 512);
 	ck_assert_int_eq(host_ask(io, &s, 12, NULL), NVME_SC_SUCCESS);
 	ck_assert_uint_eq(reads_posted, 1);
-	ck_assert_uint_eq(g_stats.in_capsule, 0);
+	ck_assert_uint_eq(tt.stats.in_capsule, 0);
 }
 END_TEST
 
@@ -1092,10 +1136,10 @@ START_TEST(test_in_capsule_and_keyed_writes_mix_and_in_capsule_ones_take_no_read
 		io->nrsp = 0;
 	}
 	ck_assert(io->live);
-	ck_assert_uint_eq(g_stats.writes, 5 * NSLOTS);
-	ck_assert_uint_eq(g_stats.in_capsule, 5 * NSLOTS / 2);
+	ck_assert_uint_eq(tt.stats.writes, 5 * NSLOTS);
+	ck_assert_uint_eq(tt.stats.in_capsule, 5 * NSLOTS / 2);
 	ck_assert_uint_eq(reads_posted, 5 * NSLOTS / 2);
-	ck_assert_uint_eq(g_stats.reads_waited, 5 * (NSLOTS / 2 - 1));
+	ck_assert_uint_eq(tt.stats.reads_waited, 5 * (NSLOTS / 2 - 1));
 }
 END_TEST
 
@@ -1115,8 +1159,8 @@ START_TEST(test_lbas_beyond_the_namespace_or_wrapping_are_lba_out_of_range)
 	c[3] = rw_capsule(io, NVME_CMD_WRITE, 0, ~0ull - 1, 8, 4096);
 	c[4] = rw_capsule(io, NVME_CMD_READ, 0, blocks - 1, 1, 512);
 	host_expect(io, c, st, 5);
-	ck_assert_uint_eq(g_stats.reads, 1);
-	ck_assert_uint_eq(g_stats.writes, 0);
+	ck_assert_uint_eq(tt.stats.reads, 1);
+	ck_assert_uint_eq(tt.stats.writes, 0);
 }
 END_TEST
 
@@ -1218,8 +1262,8 @@ START_TEST(test_io_commands_beyond_the_controller_cap_are_interrupted_for_a_retr
 	ck_assert_int_eq(host_status(io2, 11, NULL), NVME_SC_CMD_INTERRUPTED);
 	ck_assert_int_eq(host_dnr(io2, 11), 0);
 	ck_assert_int_eq(host_status(a, 10, NULL), NVME_SC_SUCCESS);
-	ck_assert_uint_eq(g_stats.interrupted, 1);
-	ck_assert_uint_eq(g_stats.writes, 3);
+	ck_assert_uint_eq(tt.stats.interrupted, 1);
+	ck_assert_uint_eq(tt.stats.writes, 3);
 
 	s = rw_capsule(io2, NVME_CMD_WRITE, 12, 11, 1, 512);   /* the retry */
 	ck_assert_int_eq(host_ask(io2, &s, 12, NULL), NVME_SC_SUCCESS);
@@ -1242,7 +1286,7 @@ START_TEST(test_io_data_beyond_the_controller_cap_is_interrupted_for_a_retry)
 	c[3] = rw_capsule(io, NVME_CMD_READ, 0, 32, 8, 4096);
 	host_expect(io, c, st, 4);
 	ck_assert_int_eq(host_dnr(io, 12), 0);
-	ck_assert_uint_eq(g_stats.interrupted, 1);
+	ck_assert_uint_eq(tt.stats.interrupted, 1);
 
 	c[2].cid = htole16(14);   /* the retry */
 	ck_assert_int_eq(host_ask(io, &c[2], 14, NULL), NVME_SC_SUCCESS);
@@ -1266,7 +1310,7 @@ START_TEST(test_a_queue_closing_with_commands_in_flight_gives_back_what_they_hel
 	ck_assert_int_eq(qsm_conn_disconnect(io->q), 0);
 	pump();
 	ck_assert(io->released);
-	ck_assert_uint_eq(g_stats.io_cmds, 2);
+	ck_assert_uint_eq(tt.stats.io_cmds, 2);
 
 	io = host_up(2, 1, 15);
 	host_send_connect(io, 1, 1, 15, cntlid);
@@ -1279,7 +1323,7 @@ START_TEST(test_a_queue_closing_with_commands_in_flight_gives_back_what_they_hel
 	pump();
 	ck_assert_int_eq(host_status(io, 10, NULL), NVME_SC_SUCCESS);
 	ck_assert_int_eq(host_status(io, 11, NULL), NVME_SC_SUCCESS);
-	ck_assert_uint_eq(g_stats.interrupted, 0);
+	ck_assert_uint_eq(tt.stats.interrupted, 0);
 }
 END_TEST
 
@@ -1299,8 +1343,8 @@ START_TEST(test_reads_beyond_the_read_window_wait_and_every_write_lands)
 		c[i].sgl.addr = htole64((uintptr_t)(io->io + i * 512));
 	}
 	host_expect(io, c, st, 6);
-	ck_assert_uint_eq(g_stats.writes, 6);
-	ck_assert_uint_ge(g_stats.reads_waited, 1);
+	ck_assert_uint_eq(tt.stats.writes, 6);
+	ck_assert_uint_ge(tt.stats.reads_waited, 1);
 	for (unsigned i = 0; i < 6; i++)
 		for (unsigned b = 0; b < 512; b++)
 			ck_assert_uint_eq(g_ns[((100 + 2 * i) << 9) + b], 0xa0 + i);
@@ -1333,8 +1377,8 @@ END_TEST
 /* The loop's clock at now_ms, a dispatch that caught up, the tick. */
 static int ka_tick(uint64_t now_ms)
 {
-	nvmet_keep_alive_clock(now_ms);
-	return nvmet_keep_alive_tick();
+	nvmet_keep_alive_clock(&tt, now_ms);
+	return nvmet_keep_alive_tick(&tt);
 }
 
 /* Set Features Keep Alive Timer (cdw11: KATO, ms); not pumped. */
@@ -1372,19 +1416,19 @@ START_TEST(test_a_host_silent_for_kato_loses_its_association)
 	pump();
 	ck_assert_int_eq(host_status(io, 2, NULL), NVME_SC_SUCCESS);
 	ck_assert_int_eq(ka_tick(27000), 13000);
-	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert_uint_eq(tt.stats.kato_expired, 0);
 	ck_assert_int_eq(ka_tick(39999), 1);
 	pump();
 	ck_assert(a->live && io->live);
 	/* silent from 24 s: at 40 s the association ends */
 	ck_assert_int_eq(ka_tick(40000), -1);
-	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	ck_assert_uint_eq(tt.stats.kato_expired, 1);
 	pump();
 	ck_assert(a->lost && a->released);
 	ck_assert(io->lost && io->released);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
-	ck_assert_uint_eq(g_stats.ctrls_freed, 1);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
+	ck_assert_uint_eq(ctrls_counted(1), 1);
 }
 END_TEST
 
@@ -1403,14 +1447,14 @@ START_TEST(test_kato_zero_is_no_timer_and_kato_rounds_up_to_kas)
 	ck_assert_int_eq(host_status(a, 10, NULL), NVME_SC_SUCCESS);
 	ck_assert_int_eq(host_status(b, 10, NULL), NVME_SC_SUCCESS);
 	ck_assert_int_eq(ka_tick(2999), 1);   /* b's 1.5 s is 2 s, 3 s with KAS */
-	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert_uint_eq(tt.stats.kato_expired, 0);
 	ck_assert_int_eq(ka_tick(3000), -1);  /* a has none */
-	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	ck_assert_uint_eq(tt.stats.kato_expired, 1);
 	pump();
 	ck_assert(b->lost && b->released);
 	ck_assert(a->live);
 	ck_assert_int_eq(ka_tick(3600000), -1);
-	ck_assert_uint_eq(g_stats.kato_expired, 1);
+	ck_assert_uint_eq(tt.stats.kato_expired, 1);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
 	host_close(a);
 	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
@@ -1428,11 +1472,11 @@ START_TEST(test_a_command_that_waited_for_a_late_target_keeps_the_association)
 	ka_tick(1000);
 	host_admin_up(0, &a, 1);                  /* due at 17 s */
 	host_send(a, &ka);                        /* sent in time, taken at 30 s */
-	nvmet_keep_alive_clock(30000);
+	nvmet_keep_alive_clock(&tt, 30000);
 	pump();
 	ck_assert_int_eq(host_status(a, 20, NULL), NVME_SC_SUCCESS);
-	ck_assert_int_eq(nvmet_keep_alive_tick(), 16000);
-	ck_assert_uint_eq(g_stats.kato_expired, 0);
+	ck_assert_int_eq(nvmet_keep_alive_tick(&tt), 16000);
+	ck_assert_uint_eq(tt.stats.kato_expired, 0);
 	ck_assert(a->live);
 	host_close(a);
 }
@@ -1449,14 +1493,14 @@ START_TEST(test_srq_queues_of_several_hosts_share_the_device_buffers)
 	struct nvme_sqe s;
 
 	io = host_io_up(&a);
-	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	ck_assert_uint_eq(tt.stats.srqs_made, 1);
 	ck_assert_uint_ge(srq_posts, NVMET_MAX_DEPTH);   /* filled at once */
 	c2 = host_admin_up(2, &b, 1);
 	io2 = host_up(3, 1, 15);
 	host_send_connect(io2, 1, 1, 15, c2);
 	pump();
 	ck_assert_int_eq(host_status(io2, 1, NULL), NVME_SC_SUCCESS);
-	ck_assert_uint_eq(g_stats.srqs_made, 1);         /* one SRQ for the device */
+	ck_assert_uint_eq(tt.stats.srqs_made, 1);         /* one SRQ for the device */
 	fill(data, sizeof(data), 3);
 	host_icd_write_logged(io, 10, 8, data, sizeof(data));
 	ck_assert_str_eq(posts, "r[s]");   /* the buffer back to the SRQ before the response */
@@ -1487,12 +1531,12 @@ START_TEST(test_srq_a_device_removal_takes_the_srq_and_the_new_one_gets_every_bu
 	harness_run_for(&world, 1000);
 	ck_assert(a->released && io->released);
 	ck_assert_int_eq(qsm_sim_device_state(sim, "sim0"), QSM_SIM_DEVICE_GONE);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim0", "192.0.2.1"), 0);
 	harness_run_for(&world, 1000);   /* the listener listens again */
 	before = srq_posts;
 	io = host_io_up(&a);
-	ck_assert_uint_eq(g_stats.srqs_made, 2);
+	ck_assert_uint_eq(tt.stats.srqs_made, 2);
 	ck_assert_uint_ge(srq_posts - before, NVMET_MAX_DEPTH);
 	fill(data, sizeof(data), 5);
 	host_icd_write_logged(io, 10, 0, data, sizeof(data));
@@ -1528,8 +1572,8 @@ START_TEST(test_srq_a_capsule_beyond_the_free_slots_waits_for_one)
 	pump();
 	for (unsigned i = 0; i < n; i++)
 		ck_assert_int_eq(host_status(io, (uint16_t)(10 + i), NULL), NVME_SC_SUCCESS);
-	ck_assert_uint_gt(g_stats.capsules_waited, 0);
-	ck_assert_uint_eq(g_stats.protocol_errors, 0);
+	ck_assert_uint_gt(tt.stats.capsules_waited, 0);
+	ck_assert_uint_eq(tt.stats.protocol_errors, 0);
 	ck_assert(io->live);
 }
 END_TEST
@@ -1546,7 +1590,7 @@ START_TEST(test_srq_buffers_not_had_when_it_was_made_are_asked_for_again)
 	pool_fails = 1;   /* srq_low's registration; qp_ready's goes through */
 	host_admin_up(0, &a, 1);
 	ck_assert_uint_eq(pool_fails, 0);
-	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	ck_assert_uint_eq(tt.stats.srqs_made, 1);
 	host_close(a);
 
 	teardown();
@@ -1555,14 +1599,78 @@ START_TEST(test_srq_buffers_not_had_when_it_was_made_are_asked_for_again)
 	h = host_start(0, 0, NVMET_AQ_DEPTH - 1, NVMET_AQ_DEPTH);
 	pump();
 	ck_assert(!h->live);
-	ck_assert_uint_eq(g_stats.queues_dropped, 1);
-	ck_assert_uint_eq(nvmet_queues_live(), 0);
+	ck_assert_uint_eq(tt.stats.queues_dropped, 1);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 0);
 	host_admin_up(1, &a, 1);   /* the next queue: buffers now */
 	host_send_connect(a, 9, 0, NVMET_AQ_DEPTH - 1, 0xffff);
 	pump();
 	ck_assert_int_eq(host_status(a, 9, &cntlid), NVME_SC_CMD_SEQ_ERROR);   /* connected already */
-	ck_assert_uint_eq(g_stats.srqs_made, 1);
+	ck_assert_uint_eq(tt.stats.srqs_made, 1);
 	host_close(a);
+}
+END_TEST
+
+/* -T 2: the listener spreads a host's queues over both threads (its admin queue and I/O queue 2
+ * on the first, I/O queue 1 on the second); I/O on each lands and reads back through the other;
+ * the controller they share is found by the second thread's Connect; the admin queue's close
+ * ends the I/O queues on both threads, the second's on its own thread (a call to its ctx), and
+ * the controller goes with the last. */
+START_TEST(test_two_threads_share_a_controller_and_its_admin_close_ends_queues_on_both)
+{
+	struct host *a, *io1, *io2;
+	uint16_t cntlid = host_admin_up(0, &a, 2);
+	struct nvme_sqe s;
+
+	io1 = host_up(1, 1, 15);
+	io2 = host_up(2, 2, 15);
+	host_send_connect(io1, 1, 1, 15, cntlid);
+	host_send_connect(io2, 1, 2, 15, cntlid);
+	pump();
+	ck_assert_int_eq(host_status(io1, 1, NULL), NVME_SC_SUCCESS);
+	ck_assert_int_eq(host_status(io2, 1, NULL), NVME_SC_SUCCESS);
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 2);    /* the admin queue and I/O queue 2 */
+	ck_assert_uint_eq(nvmet_queues_live(&tt2), 1);   /* I/O queue 1 */
+	ck_assert_uint_eq(nvmet_ctrls_live(), 1);
+	fill(io1->io, 4096, 7);
+	s = rw_capsule(io1, NVME_CMD_WRITE, 2, 8, 8, 4096);
+	ck_assert_int_eq(host_ask(io1, &s, 2, NULL), NVME_SC_SUCCESS);
+	s = rw_capsule(io2, NVME_CMD_READ, 2, 8, 8, 4096);
+	ck_assert_int_eq(host_ask(io2, &s, 2, NULL), NVME_SC_SUCCESS);
+	ck_assert_mem_eq(io2->io, io1->io, 4096);
+	ck_assert_uint_eq(tt2.stats.writes, 1);
+	ck_assert_uint_eq(tt.stats.reads, 1);
+	ck_assert_uint_eq(tt.stats.writes + tt2.stats.reads, 0);
+	host_close(a);
+	ck_assert(io1->lost && io1->released);
+	ck_assert(io2->lost && io2->released);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
+	ck_assert_uint_eq(nvmet_queues_live(&tt) + nvmet_queues_live(&tt2), 0);
+	ck_assert_uint_eq(ctrls_counted(1), 1);
+}
+END_TEST
+
+/* -T 2: any thread's tick may find a controller due; the second thread's finds the one whose
+ * admin queue is on the first: its own I/O queue it disconnects, the admin queue on its thread
+ * (a call to its ctx); the association ends as on one thread. */
+START_TEST(test_two_threads_a_kato_found_on_one_ends_the_queues_on_the_other)
+{
+	struct host *a, *io;
+
+	ka_tick(1000);
+	nvmet_keep_alive_clock(&tt2, 1000);
+	io = host_io_up(&a);   /* admin on the first thread (due at 17 s), I/O on the second */
+	ck_assert_uint_eq(nvmet_queues_live(&tt), 1);
+	ck_assert_uint_eq(nvmet_queues_live(&tt2), 1);
+	nvmet_keep_alive_clock(&tt2, 16999);
+	ck_assert_int_eq(nvmet_keep_alive_tick(&tt2), 1);
+	nvmet_keep_alive_clock(&tt2, 17000);
+	ck_assert_int_eq(nvmet_keep_alive_tick(&tt2), -1);
+	ck_assert_uint_eq(tt2.stats.kato_expired, 1);
+	ck_assert_uint_eq(tt.stats.kato_expired, 0);
+	pump();
+	ck_assert(a->lost && a->released);
+	ck_assert(io->lost && io->released);
+	ck_assert_uint_eq(nvmet_ctrls_live(), 0);
 }
 END_TEST
 
@@ -1615,6 +1723,12 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_reads_beyond_the_read_window_wait_and_every_write_lands);
 	tcase_add_test(t, test_pipelined_connects_on_one_queue_make_one_controller);
 	tcase_add_test(t, test_a_host_silent_for_kato_loses_its_association);
+	suite_add_tcase(s, t);
+	/* -T 2: the target on two threads' ctxs, the listener spread over them */
+	t = tcase_create("threads");
+	tcase_add_checked_fixture(t, setup_two, teardown);
+	tcase_add_test(t, test_two_threads_share_a_controller_and_its_admin_close_ends_queues_on_both);
+	tcase_add_test(t, test_two_threads_a_kato_found_on_one_ends_the_queues_on_the_other);
 	suite_add_tcase(s, t);
 	return s;
 }

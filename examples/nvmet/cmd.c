@@ -5,6 +5,7 @@
  * controller model), found by cntlid by the I/O queues' Connect, freed with its last queue. */
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +19,36 @@ struct nvmet_ctrl {
 	int discovery;
 	char hostnqn[256];
 	uint8_t hostid[16];
-	uint32_t cc, csts, kato, aec;
-	uint64_t ka_last;                       /* ms, the loop's clock: its last command */
+	uint32_t cc, aec;                       /* the admin queue's thread's */
+	uint32_t csts;                          /* atomic: I/O queues read it, the KATO sets CFS */
+	uint32_t kato;                          /* under ctrl_lock */
+	uint64_t ka_last;                       /* atomic: ms, the loop's clock: its last command */
 	int ka_expired;                         /* its Keep Alive Timer expired: it is ending */
 	unsigned nr_io_queues;                  /* granted by Set Features Number of Queues */
-	struct nvmet_queue *queues[NVMET_MAX_QID + 1];
+	struct nvmet_queue *queues[NVMET_MAX_QID + 1];   /* under ctrl_lock */
 	unsigned nqueues;
 	struct nvmet_req *aer[NVMET_MAX_AER];   /* held: there is nothing to report */
 	unsigned naer;
-	unsigned cmds;                          /* I/O commands counted (-R) */
-	uint64_t data;                          /* their data's bytes (-M) */
+	unsigned cmds;                          /* atomic: I/O commands counted (-R) */
+	uint64_t data;                          /* atomic: their data's bytes (-M) */
 	struct nvmet_ctrl *next;
 };
 
+/* The controllers, shared by the threads (-T): a host's admin queue and each of its I/O queues
+ * may be on a thread of their own.  ctrl_lock guards the table (the list, the cntlids, the
+ * counts), each controller's queue table and life (it goes with its last queue, on whichever
+ * thread that closes), and what an I/O queue's Connect reads of it (kato, nr_io_queues).  The
+ * I/O path takes no lock: a command reads CSTS, stamps its Keep Alive Timer and counts against
+ * the per-controller limits with relaxed atomics.  What only the admin queue's commands touch
+ * (CC, AEC, the AERs) is its thread's. */
+static pthread_mutex_t ctrl_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nvmet_ctrl *ctrls;
 static uint16_t last_cntlid;
+static unsigned nctrls;
+static uint64_t ctrls_created, ctrls_freed;
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
 /* ---- the Keep Alive Timer ----
  * A fabrics controller must support Keep Alive (NVMe-oF; KAS is 1 s here): a host that sends no
@@ -44,13 +60,14 @@ static uint16_t last_cntlid;
  * (nvmet_keep_alive_clock), no clock read.  The timers are looked at only after a dispatch that
  * caught up (nvmet_keep_alive_tick): a target that was itself held up (descheduled, or behind
  * a storm) first takes the commands that waited for it, and never ends an association for
- * its own delay.  KATO 0 turns the timer off (a discovery controller,
+ * its own delay.  Any thread's tick may find a controller due (each on its own clock), and ends
+ * its queues on their own threads (nvmet_queue_close).  KATO 0 turns the timer off (a discovery controller,
  * usually).  A controller is due KAS after KATO: slack for the loop's clock and the command's
  * transit, so that a host keeping to KATO (older Linux hosts send a Keep Alive every KATO, newer
  * ones every half) is never taken for gone.  The controllers are scanned only when the earliest
  * can be due (ka_next). */
 #define NVMET_KAS_MS 1000
-static uint64_t ka_now, ka_next = UINT64_MAX;
+static uint64_t ka_next = UINT64_MAX;    /* written under ctrl_lock, read without */
 
 static uint64_t kato_of(const struct nvmet_ctrl *c)
 {
@@ -59,66 +76,80 @@ static uint64_t kato_of(const struct nvmet_ctrl *c)
 
 static uint64_t ka_due(const struct nvmet_ctrl *c)
 {
-	return c->ka_last + kato_of(c) + NVMET_KAS_MS;
+	return LOAD(c->ka_last) + kato_of(c) + NVMET_KAS_MS;
 }
 
-static void ka_arm(struct nvmet_ctrl *c)
+/* Under ctrl_lock. */
+static void ka_arm(struct nvmet_ctrl *c, uint64_t now_ms)
 {
-	c->ka_last = ka_now;
+	STORE(c->ka_last, now_ms);
 	if (c->kato && ka_due(c) < ka_next)
-		ka_next = ka_due(c);
+		STORE(ka_next, ka_due(c));
 }
 
-/* Expired: CSTS.CFS, and every queue of the association disconnected; the controller goes with
- * its last queue (nvmet_queue_detach), as when the host closes them. */
-static void ka_expire(struct nvmet_ctrl *c)
+/* Expired (under ctrl_lock, on thread t): CSTS.CFS, and every queue of the association
+ * disconnected; the controller goes with its last queue (nvmet_queue_detach), as when the host
+ * closes them. */
+static void ka_expire(struct nvmet_thread *t, struct nvmet_ctrl *c)
 {
 	c->ka_expired = 1;
-	c->csts |= NVME_CSTS_CFS;
-	g_stats.kato_expired++;
+	__atomic_fetch_or(&c->csts, NVME_CSTS_CFS, __ATOMIC_RELAXED);
+	t->stats.kato_expired++;
 	LOG("controller %u (%s): no command in %" PRIu64 " ms (KATO %" PRIu64 " ms): keep alive "
-	    "timeout, ending the association", c->cntlid, c->hostnqn, ka_now - c->ka_last, kato_of(c));
+	    "timeout, ending the association", c->cntlid, c->hostnqn, t->ka_now - LOAD(c->ka_last),
+	    kato_of(c));
 	for (unsigned i = 0; i <= NVMET_MAX_QID; i++)
 		if (c->queues[i])
-			qsm_conn_disconnect(c->queues[i]->q);
+			nvmet_queue_close(t, c->queues[i]);
 }
 
-void nvmet_keep_alive_clock(uint64_t now_ms)
+int nvmet_keep_alive_tick(struct nvmet_thread *t)
 {
-	ka_now = now_ms;
-}
+	uint64_t now_ms = t->ka_now, next;
 
-int nvmet_keep_alive_tick(void)
-{
-	uint64_t now_ms = ka_now;
-
-	if (now_ms >= ka_next) {
-		ka_next = UINT64_MAX;
+	if (now_ms >= LOAD(ka_next)) {
+		pthread_mutex_lock(&ctrl_lock);
+		next = UINT64_MAX;
 		for (struct nvmet_ctrl *c = ctrls; c; c = c->next) {
 			uint64_t due = ka_due(c);
 
 			if (!c->kato || c->ka_expired)
 				continue;
 			if (due <= now_ms)
-				ka_expire(c);
-			else if (due < ka_next)
-				ka_next = due;
+				ka_expire(t, c);
+			else if (due < next)
+				next = due;
 		}
+		STORE(ka_next, next);
+		pthread_mutex_unlock(&ctrl_lock);
 	}
-	if (ka_next == UINT64_MAX)
+	next = LOAD(ka_next);
+	if (next == UINT64_MAX)
 		return -1;
-	return ka_next - now_ms > INT_MAX ? INT_MAX : (int)(ka_next - now_ms);
+	if (next <= now_ms)   /* armed on another thread, on a clock behind this one's */
+		return 0;
+	return next - now_ms > INT_MAX ? INT_MAX : (int)(next - now_ms);
 }
 
 unsigned nvmet_ctrls_live(void)
 {
-	unsigned n = 0;
+	unsigned n;
 
-	for (struct nvmet_ctrl *c = ctrls; c; c = c->next)
-		n++;
+	pthread_mutex_lock(&ctrl_lock);
+	n = nctrls;
+	pthread_mutex_unlock(&ctrl_lock);
 	return n;
 }
 
+void nvmet_ctrls_counted(uint64_t *created, uint64_t *freed)
+{
+	pthread_mutex_lock(&ctrl_lock);
+	*created = ctrls_created;
+	*freed = ctrls_freed;
+	pthread_mutex_unlock(&ctrl_lock);
+}
+
+/* At exit, every thread stopped. */
 void nvmet_ctrls_free_all(void)
 {
 	while (ctrls) {
@@ -127,10 +158,13 @@ void nvmet_ctrls_free_all(void)
 		ctrls = c->next;
 		free(c);
 	}
-	ka_now = 0;
+	nctrls = 0;
+	ctrls_created = ctrls_freed = 0;
+	last_cntlid = 0;
 	ka_next = UINT64_MAX;
 }
 
+/* Under ctrl_lock, as ctrl_new and ctrl_free. */
 static struct nvmet_ctrl *ctrl_find(uint16_t cntlid)
 {
 	for (struct nvmet_ctrl *c = ctrls; c; c = c->next)
@@ -145,7 +179,7 @@ static uint16_t ctrl_new(struct nvmet_ctrl **ret)
 	struct nvmet_ctrl *c;
 
 	/* the target's cap (-c): no controller resources is Controller Busy, as for the kernel */
-	if (nvmet_ctrls_live() >= g_opts.max_ctrls)
+	if (nctrls >= g_opts.max_ctrls)
 		return NVME_SC_CONNECT_CTRL_BUSY | NVME_STATUS_DNR;
 	/* cntlids 1..0xffef (0xfff0 and up are reserved), each tried once: a full range is the
 	 * kernel nvmet's answer for an exhausted cntlid range, Controller Busy */
@@ -159,7 +193,8 @@ static uint16_t ctrl_new(struct nvmet_ctrl **ret)
 		c->cntlid = last_cntlid;
 		c->next = ctrls;
 		ctrls = c;
-		g_stats.ctrls_created++;
+		nctrls++;
+		ctrls_created++;
 		*ret = c;
 		return NVME_SC_SUCCESS;
 	}
@@ -174,7 +209,8 @@ static void ctrl_free(struct nvmet_ctrl *c)
 			break;
 		}
 	LOG("controller %u (%s) freed", c->cntlid, c->hostnqn);
-	g_stats.ctrls_freed++;
+	nctrls--;
+	ctrls_freed++;
 	free(c);
 }
 
@@ -185,15 +221,16 @@ static void ctrl_free(struct nvmet_ctrl *c)
  * its data bytes with it.  Over either limit the command is answered Command Interrupted, the
  * NVMe base spec's status for a command the controller cannot complete now and the host should
  * retry (DNR clear; the kernel host retries it); a data limit of at least MDTS means one command
- * alone always fits, so a retry can succeed. */
+ * alone always fits, so a retry can succeed.  The counts are atomics, the controller's queues
+ * being on several threads: a command counts itself in, and out again if that went over. */
 
 static uint16_t ctrl_count(struct nvmet_ctrl *c, struct nvmet_req *r)
 {
-	if (c->cmds >= g_opts.max_ctrl_cmds) {
-		g_stats.interrupted++;
+	if (__atomic_add_fetch(&c->cmds, 1, __ATOMIC_RELAXED) > g_opts.max_ctrl_cmds) {
+		__atomic_sub_fetch(&c->cmds, 1, __ATOMIC_RELAXED);
+		r->nq->t->stats.interrupted++;
 		return NVME_SC_CMD_INTERRUPTED;
 	}
-	c->cmds++;
 	r->counted = 1;
 	r->held = 0;
 	return NVME_SC_SUCCESS;
@@ -201,19 +238,19 @@ static uint16_t ctrl_count(struct nvmet_ctrl *c, struct nvmet_req *r)
 
 static uint16_t ctrl_hold(struct nvmet_ctrl *c, struct nvmet_req *r, uint32_t bytes)
 {
-	if (bytes > g_opts.max_ctrl_data - c->data) {
-		g_stats.interrupted++;
+	if (__atomic_add_fetch(&c->data, bytes, __ATOMIC_RELAXED) > g_opts.max_ctrl_data) {
+		__atomic_sub_fetch(&c->data, bytes, __ATOMIC_RELAXED);
+		r->nq->t->stats.interrupted++;
 		return NVME_SC_CMD_INTERRUPTED;
 	}
-	c->data += bytes;
 	r->held += bytes;
 	return NVME_SC_SUCCESS;
 }
 
 static void ctrl_uncount(struct nvmet_ctrl *c, struct nvmet_req *r)
 {
-	c->cmds--;
-	c->data -= r->held;
+	__atomic_sub_fetch(&c->cmds, 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&c->data, r->held, __ATOMIC_RELAXED);
 	r->counted = 0;
 	r->held = 0;
 }
@@ -248,16 +285,19 @@ void nvmet_queue_detach(struct nvmet_queue *nq)
 		if (nq->reqs[i].busy && nq->reqs[i].counted)
 			ctrl_uncount(c, &nq->reqs[i]);
 	nq->ctrl = NULL;
+	pthread_mutex_lock(&ctrl_lock);
 	c->queues[nq->qid] = NULL;
 	if (nq->qid == 0) {
-		/* the admin queue is gone: so is the association; close its I/O queues */
+		/* the admin queue is gone: so is the association; close its I/O queues, each on
+		 * its own thread */
 		c->naer = 0;
 		for (unsigned i = 1; i <= NVMET_MAX_QID; i++)
 			if (c->queues[i])
-				qsm_conn_disconnect(c->queues[i]->q);
+				nvmet_queue_close(nq->t, c->queues[i]);
 	}
 	if (--c->nqueues == 0)
 		ctrl_free(c);
+	pthread_mutex_unlock(&ctrl_lock);
 }
 
 /* ---- Fabrics commands ---- */
@@ -271,7 +311,7 @@ static const char *nqn_of(const struct nvmet_ctrl *c)
  * not in the command) | IPO (its byte offset). */
 static void connect_invalid(struct nvmet_req *r, int in_data, uint16_t offset)
 {
-	g_stats.connect_errors++;
+	r->nq->t->stats.connect_errors++;
 	nvmet_complete(r, NVME_SC_CONNECT_INVALID_PARAM | NVME_STATUS_DNR,
 		       (uint64_t)(in_data ? 1u << 16 : 0) | offset);
 }
@@ -287,9 +327,9 @@ static void connect_data_ready(struct nvmet_req *r)
 	int discovery;
 
 	nq->connecting = 0;
-	g_stats.connects++;
+	nq->t->stats.connects++;
 	if (le16toh(cmd->recfmt) != 0) {
-		g_stats.connect_errors++;
+		nq->t->stats.connect_errors++;
 		nvmet_complete(r, NVME_SC_CONNECT_INCOMPATIBLE | NVME_STATUS_DNR, 0);
 		return;
 	}
@@ -321,17 +361,19 @@ static void connect_data_ready(struct nvmet_req *r)
 		LOG("queue %u: admin Connect for cntlid %u", nq->serial, le16toh(d->cntlid));
 		return connect_invalid(r, 1, NVMF_CONNECT_DATA_CNTLID);
 	}
+	pthread_mutex_lock(&ctrl_lock);
 	if (qid == 0) {
 		if ((st = ctrl_new(&c)) != NVME_SC_SUCCESS) {
+			pthread_mutex_unlock(&ctrl_lock);
 			LOG("queue %u: no controller for %s: status 0x%03x", nq->serial, d->hostnqn,
 			    st & 0x7ff);
-			g_stats.connect_errors++;
+			nq->t->stats.connect_errors++;
 			nvmet_complete(r, st, 0);
 			return;
 		}
 		c->discovery = discovery;
 		c->kato = le32toh(cmd->kato);
-		ka_arm(c);
+		ka_arm(c, nq->t->ka_now);
 		memcpy(c->hostid, d->hostid, sizeof(c->hostid));
 		snprintf(c->hostnqn, sizeof(c->hostnqn), "%s", d->hostnqn);
 		LOG("controller %u: %s for %s (admin queue %u, kato %u ms)", c->cntlid,
@@ -339,28 +381,32 @@ static void connect_data_ready(struct nvmet_req *r)
 	} else {
 		c = ctrl_find(le16toh(d->cntlid));
 		if (!c || c->discovery || !c->queues[0] || strcmp(c->hostnqn, d->hostnqn) != 0 ||
-		    strcmp(nqn_of(c), d->subsysnqn) != 0 || !(c->csts & NVME_CSTS_RDY)) {
+		    strcmp(nqn_of(c), d->subsysnqn) != 0 || !(LOAD(c->csts) & NVME_CSTS_RDY)) {
+			pthread_mutex_unlock(&ctrl_lock);
 			LOG("queue %u: I/O queue Connect for unknown or unready controller %u",
 			    nq->serial, le16toh(d->cntlid));
 			return connect_invalid(r, 1, NVMF_CONNECT_DATA_CNTLID);
 		}
 		if (qid > c->nr_io_queues) {
+			pthread_mutex_unlock(&ctrl_lock);
 			LOG("queue %u: qid %u not granted on controller %u", nq->serial, qid, c->cntlid);
 			return connect_invalid(r, 0, NVMF_CONNECT_CMD_QID);
 		}
 		if (c->queues[qid]) {   /* the queue exists: as a second Connect on one queue */
-			LOG("queue %u: qid %u in use on controller %u", nq->serial, qid, c->cntlid);
-			g_stats.connect_errors++;
+			pthread_mutex_unlock(&ctrl_lock);
+			LOG("queue %u: qid %u in use on controller %u", nq->serial, qid, le16toh(d->cntlid));
+			nq->t->stats.connect_errors++;
 			nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
 			return;
 		}
-		VLOG("controller %u: I/O queue %u (queue %u, %u entries)", c->cntlid, qid, nq->serial,
-		     sqsize + 1u);
+		VLOG("controller %u: I/O queue %u (queue %u, %u entries, thread %u)", c->cntlid, qid,
+		     nq->serial, sqsize + 1u, nq->t->index);
 	}
 	c->queues[qid] = nq;
 	c->nqueues++;
 	nq->ctrl = c;
-	nvmet_complete(r, NVME_SC_SUCCESS, c->cntlid);
+	pthread_mutex_unlock(&ctrl_lock);
+	nvmet_complete(r, NVME_SC_SUCCESS, nq->ctrl->cntlid);
 }
 
 /* One Connect per queue: a second one, while the first's data is read or once the queue is
@@ -372,7 +418,7 @@ static void exec_connect(struct nvmet_req *r)
 	struct nvmet_queue *nq = r->nq;
 
 	if (nq->ctrl || nq->connecting) {
-		g_stats.connect_errors++;
+		nq->t->stats.connect_errors++;
 		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
 		return;
 	}
@@ -401,7 +447,7 @@ static void exec_prop_get(struct nvmet_req *r, struct nvmet_ctrl *c)
 	case NVME_REG_CAP: v = reg_cap(); break;
 	case NVME_REG_VS: v = 0x10300; break;  /* 1.3 */
 	case NVME_REG_CC: v = c->cc; break;
-	case NVME_REG_CSTS: v = c->csts; break;
+	case NVME_REG_CSTS: v = LOAD(c->csts); break;
 	default:
 		nvmet_complete(r, NVME_SC_INVALID_FIELD | NVME_STATUS_DNR, 0);
 		return;
@@ -422,15 +468,16 @@ static void exec_prop_set(struct nvmet_req *r, struct nvmet_ctrl *c)
 	}
 	c->cc = cc;
 	if ((cc & NVME_CC_EN) && !(old & NVME_CC_EN))
-		c->csts |= NVME_CSTS_RDY;
+		__atomic_fetch_or(&c->csts, NVME_CSTS_RDY, __ATOMIC_RELAXED);
 	if (!(cc & NVME_CC_EN) && (old & NVME_CC_EN))
-		c->csts &= ~NVME_CSTS_RDY;
+		__atomic_fetch_and(&c->csts, ~(uint32_t)NVME_CSTS_RDY, __ATOMIC_RELAXED);
 	if (NVME_CC_SHN(cc) && !NVME_CC_SHN(old)) {
-		c->csts |= NVME_CSTS_SHST_CMPLT;   /* nothing to flush: RAM */
+		/* nothing to flush: RAM */
+		__atomic_fetch_or(&c->csts, NVME_CSTS_SHST_CMPLT, __ATOMIC_RELAXED);
 		VLOG("controller %u: shutdown", c->cntlid);
 	}
 	if (!NVME_CC_SHN(cc) && NVME_CC_SHN(old))
-		c->csts &= ~NVME_CSTS_SHST_CMPLT;
+		__atomic_fetch_and(&c->csts, ~(uint32_t)NVME_CSTS_SHST_CMPLT, __ATOMIC_RELAXED);
 	nvmet_complete(r, NVME_SC_SUCCESS, 0);
 }
 
@@ -634,7 +681,7 @@ static uint32_t discovery_log(uint8_t *page, size_t size)
 
 static void exec_get_log_page(struct nvmet_req *r, struct nvmet_ctrl *c)
 {
-	static uint8_t page[2048];
+	static _Thread_local uint8_t page[2048];
 	uint32_t cdw10 = le32toh(r->cmd.cdw10), cdw11 = le32toh(r->cmd.cdw11);
 	uint8_t lid = cdw10 & 0xff;
 	uint64_t numd = (uint64_t)(cdw10 >> 16 | (cdw11 & 0xffff) << 16) + 1;
@@ -695,7 +742,9 @@ static void exec_features(struct nvmet_req *r, struct nvmet_ctrl *c, int set)
 			n = (cdw11 & 0xffff) < (cdw11 >> 16) ? (cdw11 & 0xffff) + 1 : (cdw11 >> 16) + 1;
 			if (n > g_opts.max_io_queues)
 				n = g_opts.max_io_queues;
+			pthread_mutex_lock(&ctrl_lock);   /* an I/O queue's Connect reads it */
 			c->nr_io_queues = n;
+			pthread_mutex_unlock(&ctrl_lock);
 		}
 		n = c->nr_io_queues ? c->nr_io_queues : g_opts.max_io_queues;
 		result = (n - 1) | (n - 1) << 16;
@@ -707,8 +756,10 @@ static void exec_features(struct nvmet_req *r, struct nvmet_ctrl *c, int set)
 		break;
 	case NVME_FEAT_KATO:
 		if (set) {
+			pthread_mutex_lock(&ctrl_lock);
 			c->kato = cdw11;
-			ka_arm(c);
+			ka_arm(c, r->nq->t->ka_now);
+			pthread_mutex_unlock(&ctrl_lock);
 		}
 		result = c->kato;
 		break;
@@ -723,7 +774,7 @@ invalid:
 
 static void exec_admin(struct nvmet_req *r, struct nvmet_ctrl *c)
 {
-	g_stats.admin_cmds++;
+	r->nq->t->stats.admin_cmds++;
 	switch (r->cmd.opcode) {
 	case NVME_ADMIN_IDENTIFY:
 		exec_identify(r, c);
@@ -773,8 +824,8 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 	uint64_t slba, nlb, len;
 	uint16_t st;
 
-	g_stats.io_cmds++;
-	if (!(c->csts & NVME_CSTS_RDY)) {
+	r->nq->t->stats.io_cmds++;
+	if (!(LOAD(c->csts) & NVME_CSTS_RDY)) {
 		nvmet_complete(r, NVME_SC_CMD_SEQ_ERROR | NVME_STATUS_DNR, 0);
 		return;
 	}
@@ -784,7 +835,7 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 	}
 	switch (cmd->opcode) {
 	case NVME_CMD_FLUSH:
-		g_stats.flushes++;
+		r->nq->t->stats.flushes++;
 		if (nsid != 1 && nsid != 0xffffffff)
 			goto bad_ns;
 		if (xfer_is(r, 0))
@@ -814,14 +865,14 @@ static void exec_io(struct nvmet_req *r, struct nvmet_ctrl *c)
 			return;
 		}
 		if (cmd->opcode == NVME_CMD_WRITE) {
-			g_stats.writes++;
-			g_stats.bytes_written += len;
+			r->nq->t->stats.writes++;
+			r->nq->t->stats.bytes_written += len;
 			/* the host's data straight into the namespace */
 			nvmet_fetch(r, g_ns + (slba << NVMET_LBA_SHIFT), r->nq->ns_lkey, (uint32_t)len,
 				    write_done);
 		} else {
-			g_stats.reads++;
-			g_stats.bytes_read += len;
+			r->nq->t->stats.reads++;
+			r->nq->t->stats.bytes_read += len;
 			complete_data(r, g_ns + (slba << NVMET_LBA_SHIFT), (uint32_t)len, r->nq->ns_lkey);
 		}
 		return;
@@ -838,7 +889,7 @@ void nvmet_exec(struct nvmet_req *r)
 	struct nvmet_ctrl *c = r->nq->ctrl;
 
 	if (c)   /* the host is there: its Keep Alive Timer starts again */
-		c->ka_last = ka_now;
+		STORE(c->ka_last, r->nq->t->ka_now);
 	if (r->cmd.opcode == NVME_FABRICS_COMMAND) {
 		exec_fabrics(r);
 		return;

@@ -47,7 +47,7 @@ struct nvmet_opts {
 struct nvmet_stats {
 	uint64_t queues_requested, queues_rejected, queues_accepted, queues_live, queues_released;
 	uint64_t device_removals, wc_errors, protocol_errors;
-	uint64_t ctrls_created, ctrls_freed, connects, connect_errors;
+	uint64_t connects, connect_errors;
 	uint64_t cmds, admin_cmds, io_cmds, errors, reads, writes, flushes;
 	uint64_t interrupted;    /* commands turned away by the per-controller limits */
 	uint64_t kato_expired;   /* controllers whose Keep Alive Timer expired */
@@ -63,16 +63,51 @@ struct nvmet_stats {
 };
 
 extern struct nvmet_opts g_opts;
-extern struct nvmet_stats g_stats;
 extern uint8_t *g_ns;            /* the namespace: g_opts.ns_size bytes of RAM */
-extern struct qsm_pool *g_ns_pool; /* g_ns, registered once per device (qsm_ctx_reg_pool) */
-
-#define LOG(...) do { printf("qsm-nvmet: " __VA_ARGS__); putchar('\n'); fflush(stdout); } while (0)
-#define VLOG(...) do { if (g_opts.verbose) LOG(__VA_ARGS__); } while (0)
 
 struct nvmet_queue;
 struct nvmet_ctrl;
 struct nvmet_srq;
+
+#define NVMET_MAX_THREADS 64     /* -T at most */
+#define NVMET_MAX_SRQS 64        /* devices a thread's SRQs are kept for */
+
+/* One thread of the target (-T): a ctx of its own, as SPDK's poll groups; the listener spreads
+ * the queues over the threads' ctxs (qsm_listener_spread), and a queue's every callback runs on
+ * its ctx's thread.  What is the thread's alone, touched by nothing else while it runs: its
+ * queues, their counters, its SRQs (a ctx's devices are its own), the namespace's registration
+ * on its ctx.  What threads share is the controllers (cmd.c: a table under a lock; a
+ * controller's queues may be on several threads) and the caps on queues over all of them. */
+struct nvmet_thread {
+	struct qsm_ctx *ctx;
+	unsigned index;                  /* 0: the listener's */
+	struct qsm_pool *ns_pool;        /* g_ns, registered on the ctx's devices */
+	struct nvmet_stats stats;
+	uint64_t ka_now;                 /* the loop's clock, ms, before each dispatch */
+	struct nvmet_queue *queues;      /* every queue alive here */
+	struct nvmet_queue *dirty;       /* queues with responses gathered (nvmet_flush_posts) */
+	struct nvmet_srq *srqs[NVMET_MAX_SRQS];
+	unsigned nsrqs;
+};
+
+/* Before ctx dispatches anything, on one thread, before any other thread runs: t made ctx's
+ * (g_ns registered on it, t known for the ctx's queues).  0 or -errno. */
+int nvmet_thread_init(struct nvmet_thread *t, struct qsm_ctx *ctx);
+/* After its ctx is freed: t's SRQ buffers freed, t forgotten. */
+void nvmet_thread_fini(struct nvmet_thread *t);
+
+/* What the target counts, summed over threads: each thread's counters and what its queues hold
+ * now, taken on its own thread (or once it stopped). */
+struct nvmet_tally {
+	struct nvmet_stats s;
+	uint64_t open, in_flight, holding, held;
+	int srq_ok;                      /* every thread's SRQ buffers counted right */
+};
+void nvmet_tally(const struct nvmet_thread *t, struct nvmet_tally *sum);
+
+#define LOG(...) do { flockfile(stdout); printf("qsm-nvmet: " __VA_ARGS__); putchar('\n'); \
+			     fflush(stdout); funlockfile(stdout); } while (0)   /* one line, whatever the threads */
+#define VLOG(...) do { if (g_opts.verbose) LOG(__VA_ARGS__); } while (0)
 
 /* One command in flight: its capsule copied out of the receive buffer, its response capsule
  * and a 4 KiB buffer (both registered), and where its data goes. */
@@ -117,12 +152,14 @@ struct nvmet_capsule {
 /* A queue (passive rdma-qsm queue): the class's private area. */
 struct nvmet_queue {
 	struct qsm_conn *q;
+	struct nvmet_thread *t;  /* its ctx's thread */
 	uint32_t serial;
 	uint16_t qid;
 	uint16_t depth;          /* receives posted = host's hsqsize + 1 (our crqsize) */
 	uint16_t hrqsize;
 	uint16_t sqhd;
 	struct nvmet_ctrl *ctrl;
+	int reserved;            /* counted against the caps on queues (nq_reserve) */
 	int connecting;          /* a Connect's data is being read: one Connect at a time */
 	uint32_t icd;            /* in-capsule data a capsule may carry: -I on an I/O queue, else 0 */
 	uint8_t *recv_bufs;      /* depth command capsules of NVME_SQE_SIZE + icd bytes (none on an SRQ) */
@@ -155,38 +192,45 @@ extern const struct qsm_class nvmet_queue_class;
 /* The listener's class: nvmet_queue_class, or with -Q (g_opts.srq_depth) its subclass whose
  * queues receive on their device's SRQ. */
 const struct qsm_class *nvmet_class(void);
-void nvmet_srqs_free_all(void);        /* at exit, after qsm_ctx_free() */
 /* Sends the response (after the RDMA WRITE of r->c2h, if any) and frees r when it is sent.
  * status: SCT << 8 | SC, | NVME_STATUS_DNR. */
 void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result);
 /* After each qsm_ctx_dispatch(): the responses it made, posted, one list per queue.  Returns
  * how many WRs it posted (work the ctx will hear of). */
-int nvmet_flush_posts(void);
+int nvmet_flush_posts(struct nvmet_thread *t);
 /* Takes r's host data (len bytes) into dst (lkey), then calls then(r): copied from the capsule
  * at once if it came in it, else by an RDMA READ within the queue's read window. */
 void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 		 void (*then)(struct nvmet_req *r));
-unsigned nvmet_queues_live(void);      /* requested and not yet released */
-void nvmet_queues_take_all(void);      /* at exit, before qsm_ctx_free() */
-void nvmet_queues_free_all(void);      /* at exit, after qsm_ctx_free() */
+unsigned nvmet_queues_live(const struct nvmet_thread *t);   /* requested, not yet released */
+/* At exit: t's queues' buffers taken (its thread stopped, or on it), before its qsm_ctx_free(). */
+void nvmet_queues_take_all(struct nvmet_thread *t);
+void nvmet_queues_free_all(void);      /* at exit, after every qsm_ctx_free() */
+/* The queue to close, from thread from: disconnected at once if it is from's, else on its own
+ * thread, by its serial (qsm_ctx_call): a queue gone by then is left alone. */
+void nvmet_queue_close(struct nvmet_thread *from, struct nvmet_queue *nq);
 /* The target's counter identities, at any time: every queue requested is released, dropped or
  * still open; every controller created is freed or live; every command capsule is answered,
  * was left unanswered by its queue's close, or is in flight.  1 if all hold; the figures as one
  * line in buf. */
-int nvmet_identities(char *buf, size_t len);
+int nvmet_identities(const struct nvmet_tally *sum, char *buf, size_t len);
 
 /* cmd.c: the controller */
 void nvmet_exec(struct nvmet_req *r);  /* a new command capsule */
 void nvmet_queue_detach(struct nvmet_queue *nq);   /* the queue is closing */
 void nvmet_req_done(struct nvmet_req *r);          /* its slot is free again */
 unsigned nvmet_ctrls_live(void);
+void nvmet_ctrls_counted(uint64_t *created, uint64_t *freed);
 void nvmet_ctrls_free_all(void);
 /* The Keep Alive Timers.  The loop's clock, in ms (CLOCK_MONOTONIC), before each dispatch: the
  * commands it runs are stamped with it.  The tick, after a dispatch that caught up (took every
  * event there was): a controller whose host sent no command for its KATO ends its association.
  * It returns the ms until the next controller can be due (at most INT_MAX), -1 if none has a
  * timer: the loop's wait, at most. */
-void nvmet_keep_alive_clock(uint64_t now_ms);
-int nvmet_keep_alive_tick(void);
+static inline void nvmet_keep_alive_clock(struct nvmet_thread *t, uint64_t now_ms)
+{
+	t->ka_now = now_ms;
+}
+int nvmet_keep_alive_tick(struct nvmet_thread *t);
 
 #endif

@@ -28,35 +28,137 @@ enum { WR_RECV = 1, WR_SEND, WR_READ, WR_WRITE, WR_SRQ_RECV };
 /* an SRQ receive: its device's record (srqs[]) and its buffer there */
 #define WR_ID_SRQ(rec, idx) ((uint64_t)(rec) << 40 | (uint64_t)(idx) << 8 | WR_SRQ_RECV)
 
-static uint32_t next_serial;
-static struct nvmet_queue *all_queues;
+static uint32_t next_serial;   /* every thread's: atomic */
+
+/* ---- the threads (-T) ----
+ * Each known by its ctx, before any of them runs (nvmet_thread_init): a queue finds its thread
+ * when its request comes (nq_requested), an SRQ when it is made. */
+static struct nvmet_thread *threads[NVMET_MAX_THREADS];
+static unsigned nthreads;
+
+int nvmet_thread_init(struct nvmet_thread *t, struct qsm_ctx *ctx)
+{
+	int r;
+
+	if (nthreads == NVMET_MAX_THREADS)
+		return -ENOSPC;
+	memset(t, 0, sizeof(*t));
+	t->ctx = ctx;
+	t->index = nthreads;
+	/* a write's data is read into the namespace from the host (QSM_ACCESS_READ_SINK: on
+	 * iWARP the read response is a remote write) */
+	if ((r = qsm_ctx_reg_pool(ctx, g_ns, g_opts.ns_size, QSM_ACCESS_READ_SINK, &t->ns_pool)) < 0)
+		return r;
+	threads[nthreads++] = t;
+	return 0;
+}
+
+static struct nvmet_thread *thread_of(struct qsm_ctx *ctx)
+{
+	for (unsigned i = 0; i < nthreads; i++)
+		if (threads[i]->ctx == ctx)
+			return threads[i];
+	return NULL;
+}
 
 static void nq_link(struct nvmet_queue *nq)
 {
-	nq->next = all_queues;
-	if (all_queues)
-		all_queues->prev = nq;
-	all_queues = nq;
+	struct nvmet_thread *t = nq->t;
+
+	nq->next = t->queues;
+	if (t->queues)
+		t->queues->prev = nq;
+	t->queues = nq;
 }
 
 static void nq_unlink(struct nvmet_queue *nq)
 {
 	if (nq->prev)
 		nq->prev->next = nq->next;
-	else if (all_queues == nq)
-		all_queues = nq->next;
+	else if (nq->t->queues == nq)
+		nq->t->queues = nq->next;
 	if (nq->next)
 		nq->next->prev = nq->prev;
 	nq->next = nq->prev = NULL;
 }
 
-unsigned nvmet_queues_live(void)
+/* Room for one more queue, reserved before it allocates anything: at most -c admin queues and
+ * -c x (1 + -q) queues in all, over every thread, so hosts that open queues and never Connect
+ * hold bounded memory.  Only queues that get that far count (not one rejected before), until
+ * they are freed.  Atomics: a queue reserves on its own thread, and gives back on it. */
+static unsigned held_all, held_admin;
+
+static int nq_reserve(struct nvmet_queue *nq)
+{
+	if (__atomic_add_fetch(&held_all, 1, __ATOMIC_RELAXED) >
+	    g_opts.max_ctrls * (1u + g_opts.max_io_queues)) {
+		__atomic_sub_fetch(&held_all, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	if (nq->qid == 0 && __atomic_add_fetch(&held_admin, 1, __ATOMIC_RELAXED) > g_opts.max_ctrls) {
+		__atomic_sub_fetch(&held_admin, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&held_all, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	nq->reserved = 1;
+	return 1;
+}
+
+static void nq_unreserve(struct nvmet_queue *nq)
+{
+	if (!nq->reserved)
+		return;
+	nq->reserved = 0;
+	__atomic_sub_fetch(&held_all, 1, __ATOMIC_RELAXED);
+	if (nq->qid == 0)
+		__atomic_sub_fetch(&held_admin, 1, __ATOMIC_RELAXED);
+}
+
+unsigned nvmet_queues_live(const struct nvmet_thread *t)
 {
 	unsigned n = 0;
 
-	for (struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+	for (struct nvmet_queue *nq = t->queues; nq; nq = nq->next)
 		n++;
 	return n;
+}
+
+/* A queue closed from another thread: found on its own by its serial, if still there. */
+struct nvmet_close {
+	struct nvmet_thread *t;
+	uint32_t serial;
+};
+
+static void close_call(struct qsm_ctx *ctx, void *arg, int status)
+{
+	struct nvmet_close *c = arg;
+
+	(void)ctx;
+	for (struct nvmet_queue *nq = c->t->queues; status == 0 && nq; nq = nq->next)
+		if (nq->serial == c->serial) {
+			qsm_conn_disconnect(nq->q);
+			break;
+		}
+	free(c);
+}
+
+void nvmet_queue_close(struct nvmet_thread *from, struct nvmet_queue *nq)
+{
+	struct nvmet_close *c;
+
+	if (nq->t == from) {
+		qsm_conn_disconnect(nq->q);
+		return;
+	}
+	if ((c = malloc(sizeof(*c)))) {
+		*c = (struct nvmet_close){ .t = nq->t, .serial = nq->serial };
+		if (qsm_ctx_call(nq->t->ctx, close_call, c) == 0)
+			return;
+		free(c);
+	}
+	/* no memory for the call: the queue stays until its host closes it (or, with -K, the RC
+	 * retries find a host gone); say so */
+	LOG("queue %u (qid %u): cannot reach its thread to close it", nq->serial, nq->qid);
 }
 
 /* ---- the shared receive queue of each device (-Q) ----
@@ -83,9 +185,6 @@ struct nvmet_srq {
 	unsigned rec;            /* its index in srqs[], in its receives' wr_ids */
 };
 
-#define NVMET_MAX_SRQS 64        /* devices a target's SRQs are kept for */
-static struct nvmet_srq *srqs[NVMET_MAX_SRQS];
-static unsigned nsrqs;
 
 /* FREE (or HELD, let go) buffer i to the device's SRQ s; FREE if it cannot go. */
 static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
@@ -106,23 +205,24 @@ static int srq_post(struct nvmet_srq *rec, struct qsm_srq *s, uint32_t i)
 	return 0;
 }
 
-static struct nvmet_srq *srq_find(const char *dev)
+static struct nvmet_srq *srq_find(const struct nvmet_thread *t, const char *dev)
 {
-	for (unsigned i = 0; i < nsrqs; i++)
-		if (!strcmp(srqs[i]->dev, dev))
-			return srqs[i];
+	for (unsigned i = 0; t && i < t->nsrqs; i++)
+		if (!strcmp(t->srqs[i]->dev, dev))
+			return t->srqs[i];
 	return NULL;
 }
 
-/* The record of s's device: found by name, or made (its buffers allocated and registered). */
-static struct nvmet_srq *srq_record(struct qsm_srq *s)
+/* The record of s's device on its ctx's thread t: found by name, or made (its buffers
+ * allocated and registered). */
+static struct nvmet_srq *srq_record(struct nvmet_thread *t, struct qsm_srq *s)
 {
 	const char *dev = qsm_srq_device_name(s);
-	struct nvmet_srq *rec = srq_find(dev);
+	struct nvmet_srq *rec = srq_find(t, dev);
 
-	if (rec)
+	if (rec || !t)
 		return rec;
-	if (nsrqs == NVMET_MAX_SRQS || !(rec = calloc(1, sizeof(*rec))))
+	if (t->nsrqs == NVMET_MAX_SRQS || !(rec = calloc(1, sizeof(*rec))))
 		return NULL;
 	snprintf(rec->dev, sizeof(rec->dev), "%s", dev);
 	rec->n = g_opts.srq_depth;
@@ -139,8 +239,8 @@ static struct nvmet_srq *srq_record(struct qsm_srq *s)
 		free(rec);
 		return NULL;
 	}
-	rec->rec = nsrqs;
-	srqs[nsrqs++] = rec;
+	rec->rec = t->nsrqs;
+	t->srqs[t->nsrqs++] = rec;
 	LOG("%s: a shared receive queue of %u capsules of %u bytes", dev, rec->n, rec->size);
 	return rec;
 }
@@ -149,7 +249,8 @@ static struct nvmet_srq *srq_record(struct qsm_srq *s)
  * what was POSTED went with the old one. */
 static void nq_srq_low(struct qsm_srq *s)
 {
-	struct nvmet_srq *rec = srq_record(s);
+	struct nvmet_thread *t = thread_of(qsm_srq_ctx(s));
+	struct nvmet_srq *rec = srq_record(t, s);
 	uint32_t posted = 0;
 
 	if (!rec) {
@@ -157,7 +258,7 @@ static void nq_srq_low(struct qsm_srq *s)
 		    qsm_srq_device_name(s));
 		return;
 	}
-	g_stats.srqs_made++;
+	t->stats.srqs_made++;
 	for (uint32_t i = 0; i < rec->n; i++) {
 		if (rec->state[i] == SRQ_HELD)
 			continue;
@@ -171,13 +272,14 @@ static void nq_srq_low(struct qsm_srq *s)
 }
 
 /* An SRQ receive came in on nq: its buffer is HELD, or NULL for a wr_id of no buffer. */
-static uint8_t *srq_take(uint64_t wr_id, struct nvmet_srq **recp, uint32_t *idxp)
+static uint8_t *srq_take(const struct nvmet_thread *t, uint64_t wr_id, struct nvmet_srq **recp,
+			 uint32_t *idxp)
 {
 	uint64_t ri = wr_id >> 40;
 	uint32_t i = (uint32_t)(wr_id >> 8) & 0xffffffffu;
 	struct nvmet_srq *rec;
 
-	if (ri >= nsrqs || i >= (rec = srqs[ri])->n || rec->state[i] != SRQ_POSTED)
+	if (ri >= t->nsrqs || i >= (rec = t->srqs[ri])->n || rec->state[i] != SRQ_POSTED)
 		return NULL;
 	rec->state[i] = SRQ_HELD;
 	*recp = rec;
@@ -198,68 +300,86 @@ static int srq_release(struct nvmet_queue *nq, struct nvmet_srq *rec, uint32_t i
 	return r;
 }
 
-void nvmet_srqs_free_all(void)
+void nvmet_thread_fini(struct nvmet_thread *t)
 {
-	for (unsigned i = 0; i < nsrqs; i++) {
-		free(srqs[i]->state);
-		free(srqs[i]->bufs);
-		free(srqs[i]);
-		srqs[i] = NULL;
+	for (unsigned i = 0; i < t->nsrqs; i++) {
+		free(t->srqs[i]->state);
+		free(t->srqs[i]->bufs);
+		free(t->srqs[i]);
+		t->srqs[i] = NULL;
 	}
-	nsrqs = 0;
+	t->nsrqs = 0;
+	for (unsigned i = 0; i < nthreads; i++)
+		if (threads[i] == t) {
+			threads[i] = threads[--nthreads];
+			break;
+		}
 }
 
-int nvmet_identities(char *buf, size_t len)
+void nvmet_tally(const struct nvmet_thread *t, struct nvmet_tally *sum)
 {
-	uint64_t in_flight = 0;
-	unsigned open = nvmet_queues_live(), ctrls = nvmet_ctrls_live();
-	int q_ok, c_ok, cmd_ok;
-	uint64_t holding = 0, held = 0, srq_ok = 1;
+	const uint64_t *from = (const uint64_t *)&t->stats;
+	uint64_t *to = (uint64_t *)&sum->s, held = 0, holding = 0;
 
-	for (const struct nvmet_queue *nq = all_queues; nq; nq = nq->next) {
+	_Static_assert(sizeof(struct nvmet_stats) % sizeof(uint64_t) == 0, "counters only");
+	for (size_t i = 0; i < sizeof(t->stats) / sizeof(uint64_t); i++)
+		to[i] += from[i];
+	sum->open += nvmet_queues_live(t);
+	for (const struct nvmet_queue *nq = t->queues; nq; nq = nq->next) {
 		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
-			in_flight += nq->reqs[i].busy && !nq->reqs[i].answered;
+			sum->in_flight += nq->reqs[i].busy && !nq->reqs[i].answered;
 			holding += nq->reqs[i].busy && nq->reqs[i].recv >= 0 && nq->reqs[i].srq;
 		}
 		for (uint32_t k = 0; k < nq->nwait; k++)   /* capsules waiting hold theirs */
 			holding += nq->wait[(nq->wait_head + k) % nq->depth].srq != NULL;
 	}
 	/* -Q: every SRQ buffer HELD is a request's, and FREE ones are counted */
-	for (unsigned i = 0; i < nsrqs; i++) {
+	for (unsigned i = 0; i < t->nsrqs; i++) {
+		const struct nvmet_srq *rec = t->srqs[i];
 		uint32_t nfree = 0;
 
-		for (uint32_t j = 0; j < srqs[i]->n; j++) {
-			held += srqs[i]->state[j] == SRQ_HELD;
-			nfree += srqs[i]->state[j] == SRQ_FREE;
+		for (uint32_t j = 0; j < rec->n; j++) {
+			held += rec->state[j] == SRQ_HELD;
+			nfree += rec->state[j] == SRQ_FREE;
 		}
-		srq_ok &= nfree == srqs[i]->nfree;
+		sum->srq_ok &= nfree == rec->nfree;
 	}
-	srq_ok &= held == holding;
-	q_ok = g_stats.queues_requested == g_stats.queues_released + g_stats.queues_dropped + open;
-	c_ok = g_stats.ctrls_created == g_stats.ctrls_freed + ctrls;
-	cmd_ok = g_stats.cmds == g_stats.answered + g_stats.unanswered + in_flight;
+	sum->srq_ok &= held == holding;
+	sum->held += held;
+	sum->holding += holding;
+}
+
+int nvmet_identities(const struct nvmet_tally *sum, char *buf, size_t len)
+{
+	const struct nvmet_stats *st = &sum->s;
+	uint64_t in_flight = sum->in_flight, holding = sum->holding, held = sum->held, open = sum->open;
+	uint64_t created, freed;
+	unsigned ctrls = nvmet_ctrls_live();
+	int q_ok, c_ok, cmd_ok, srq_ok = sum->srq_ok;
+
+	nvmet_ctrls_counted(&created, &freed);
+	q_ok = st->queues_requested == st->queues_released + st->queues_dropped + open;
+	c_ok = created == freed + ctrls;
+	cmd_ok = st->cmds == st->answered + st->unanswered + in_flight;
 	len -= (size_t)snprintf(buf, len, "shared receive buffers held %" PRIu64 " == by requests %"
 				PRIu64 " (free ones counted): %s; ", held, holding,
 				srq_ok ? "holds" : "BROKEN");
 	buf += strlen(buf);
 	snprintf(buf, len, "queues requested %" PRIu64 " == released %" PRIu64 " + dropped %" PRIu64
-		 " + open %u: %s; controllers created %" PRIu64 " == freed %" PRIu64 " + live %u: %s; "
+		 " + open %" PRIu64 ": %s; controllers created %" PRIu64 " == freed %" PRIu64 " + live %u: %s; "
 		 "commands %" PRIu64 " == answered %" PRIu64 " + unanswered at close %" PRIu64
-		 " + in flight %" PRIu64 ": %s", g_stats.queues_requested, g_stats.queues_released,
-		 g_stats.queues_dropped, open, q_ok ? "holds" : "BROKEN", g_stats.ctrls_created,
-		 g_stats.ctrls_freed, ctrls, c_ok ? "holds" : "BROKEN", g_stats.cmds, g_stats.answered,
-		 g_stats.unanswered, in_flight, cmd_ok ? "holds" : "BROKEN");
+		 " + in flight %" PRIu64 ": %s", st->queues_requested, st->queues_released,
+		 st->queues_dropped, open, q_ok ? "holds" : "BROKEN", created,
+		 freed, ctrls, c_ok ? "holds" : "BROKEN", st->cmds, st->answered,
+		 st->unanswered, in_flight, cmd_ok ? "holds" : "BROKEN");
 	return q_ok && c_ok && cmd_ok && srq_ok;
 }
-
-/* The queues with responses gathered and not posted yet (npend > 0: nvmet_flush_posts). */
-static struct nvmet_queue *dirty_queues;
 
 /* nq's gathered responses let go, never posted (the host hears of the queue's end instead),
  * and nq off that list. */
 static void pend_drop(struct nvmet_queue *nq)
 {
-	for (struct nvmet_queue **p = &dirty_queues; nq->npend && *p; p = &(*p)->dirty_next) {
+	for (struct nvmet_queue **p = &nq->t->dirty; nq->npend && *p; p = &(*p)->dirty_next) {
 		if (*p == nq) {
 			*p = nq->dirty_next;
 			break;
@@ -276,10 +396,11 @@ static void pend_drop(struct nvmet_queue *nq)
 static void nq_free(struct nvmet_queue *nq)
 {
 	nq_unlink(nq);
+	nq_unreserve(nq);
 	for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
 		struct nvmet_req *r = &nq->reqs[i];
 
-		g_stats.unanswered += r->busy && !r->answered;
+		nq->t->stats.unanswered += r->busy && !r->answered;
 		if (r->busy && r->recv >= 0 && r->srq) {   /* its queue is gone: FREE */
 			r->srq->state[r->recv] = SRQ_FREE;
 			r->srq->nfree++;
@@ -314,17 +435,20 @@ static void nq_free(struct nvmet_queue *nq)
 static void **exit_bufs;
 static size_t exit_nbufs;
 
-void nvmet_queues_take_all(void)
+void nvmet_queues_take_all(struct nvmet_thread *t)
 {
-	size_t n = 0;
+	size_t n = exit_nbufs;
+	void **grown;
 
-	for (struct nvmet_queue *nq = all_queues; nq; nq = nq->next)
+	for (struct nvmet_queue *nq = t->queues; nq; nq = nq->next)
 		n += 6;
-	exit_bufs = calloc(n ? n : 1, sizeof(void *));
-	while (all_queues) {
-		struct nvmet_queue *nq = all_queues;
+	grown = realloc(exit_bufs, (n ? n : 1) * sizeof(void *));
+	if (grown)
+		exit_bufs = grown;
+	while (t->queues) {
+		struct nvmet_queue *nq = t->queues;
 
-		if (exit_bufs) {
+		if (grown) {
 			exit_bufs[exit_nbufs++] = nq->recv_bufs;
 			exit_bufs[exit_nbufs++] = nq->rsps;
 			exit_bufs[exit_nbufs++] = nq->bufs;
@@ -334,6 +458,7 @@ void nvmet_queues_take_all(void)
 		}
 		pend_drop(nq);   /* ours alone (a post copies them), never posted now */
 		nq_unlink(nq);
+		nq_unreserve(nq);
 	}
 }
 
@@ -412,7 +537,7 @@ static void req_put(struct nvmet_req *r)
 	if (!r->busy)
 		return;
 	/* a command given up unanswered: its queue is closing (nq_fail, or no longer connected) */
-	g_stats.unanswered += !r->answered;
+	nq->t->stats.unanswered += !r->answered;
 	nvmet_req_done(r);
 	r->busy = 0;
 	nq->free_list[nq->nfree++] = r->idx;
@@ -435,7 +560,7 @@ static int post_recv(struct nvmet_queue *nq, uint32_t i)
  * and closes, and release frees it. */
 static void nq_fail(struct nvmet_queue *nq, const char *why)
 {
-	g_stats.protocol_errors++;
+	nq->t->stats.protocol_errors++;
 	LOG("queue %u (qid %u): %s: disconnecting", nq->serial, nq->qid, why);
 	qsm_conn_disconnect(nq->q);
 }
@@ -470,10 +595,10 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	struct qsm_wr *wr;
 
 	r->answered = 1;
-	g_stats.answered++;
+	nq->t->stats.answered++;
 	recv_release(r);
 	if (status)
-		g_stats.errors++;
+		nq->t->stats.errors++;
 	if (status && g_opts.verbose)
 		LOG("queue %u (qid %u): cid %u opcode 0x%02x cdw10 0x%08x: status 0x%03x", nq->serial,
 		    nq->qid, le16toh(r->cmd.cid), r->cmd.opcode, le32toh(r->cmd.cdw10), status & 0x7ff);
@@ -488,8 +613,8 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 	 * posted with them after it.  The WRITE is unsignaled: the response's completion covers
 	 * it. */
 	if (!nq->npend) {   /* its first of this dispatch: on the list */
-		nq->dirty_next = dirty_queues;
-		dirty_queues = nq;
+		nq->dirty_next = nq->t->dirty;
+		nq->t->dirty = nq;
 	}
 	wr = &nq->pend[nq->npend];
 	sge = &nq->pend_sge[nq->npend];
@@ -526,14 +651,14 @@ static void flush_queue(struct nvmet_queue *nq)
 				    "cannot post RDMA WRITE" : "cannot post the response");
 }
 
-int nvmet_flush_posts(void)
+int nvmet_flush_posts(struct nvmet_thread *t)
 {
 	int n = 0;
 
-	while (dirty_queues) {
-		struct nvmet_queue *nq = dirty_queues;
+	while (t->dirty) {
+		struct nvmet_queue *nq = t->dirty;
 
-		dirty_queues = nq->dirty_next;
+		t->dirty = nq->dirty_next;
 		n += (int)nq->npend;
 		flush_queue(nq);
 	}
@@ -564,7 +689,7 @@ void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 
 	if (r->icd) {
 		/* in the capsule: one copy (at most -I bytes), no READ and no slot of the window */
-		g_stats.in_capsule++;
+		nq->t->stats.in_capsule++;
 		memcpy(dst, r->icd, len);
 		recv_release(r);
 		then(r);
@@ -579,7 +704,7 @@ void nvmet_fetch(struct nvmet_req *r, void *dst, uint32_t lkey, uint32_t len,
 		return;
 	}
 	/* the window is full: wait, in order, for a READ of the queue's to complete */
-	g_stats.reads_waited++;
+	nq->t->stats.reads_waited++;
 	r->rd_next = -1;
 	if (nq->rd_tail >= 0)
 		nq->reqs[nq->rd_tail].rd_next = (int32_t)r->idx;
@@ -671,7 +796,7 @@ static void capsule_run(struct nvmet_queue *nq, struct nvmet_req *r, const uint8
 	memcpy(&r->cmd, buf, NVME_SQE_SIZE);
 	if (++nq->sqhd == nq->depth)
 		nq->sqhd = 0;
-	g_stats.cmds++;
+	nq->t->stats.cmds++;
 	/* what came after the SQE: never more than the receive holds, but say so */
 	icd_len = len - NVME_SQE_SIZE;
 	if (icd_len > nq->icd)
@@ -720,7 +845,7 @@ static int on_capsule(struct nvmet_queue *nq, const uint8_t *buf, uint32_t len,
 	}
 	w = &nq->wait[(nq->wait_head + nq->nwait++) % nq->depth];
 	*w = (struct nvmet_capsule){ .buf = buf, .len = len, .srq = rec, .idx = i };
-	g_stats.capsules_waited++;
+	nq->t->stats.capsules_waited++;
 	return 0;
 }
 
@@ -747,11 +872,11 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 
 	if (wc->status != QSM_WC_SUCCESS) {
 		/* an SRQ receive the QP flushed: its buffer goes back for the device's other queues */
-		if (kind == WR_SRQ_RECV && srq_take(wc->wr_id, &rec, &idx))
+		if (kind == WR_SRQ_RECV && srq_take(nq->t, wc->wr_id, &rec, &idx))
 			srq_release(nq, rec, idx);
 		/* the QP is in ERR: the queue's machine takes the loss (WC_ERROR) and drains */
 		if (wc->status != QSM_WC_WR_FLUSH_ERR) {
-			g_stats.wc_errors++;
+			nq->t->stats.wc_errors++;
 			LOG("queue %u (qid %u): completion error %d (kind %u)", nq->serial, nq->qid,
 			    wc->status, kind);
 		}
@@ -761,7 +886,7 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 	case WR_RECV:
 		return idx < nq->depth ? on_capsule(nq, recv_buf(nq, idx), wc->byte_len, NULL, idx) : 0;
 	case WR_SRQ_RECV:
-		buf = srq_take(wc->wr_id, &rec, &idx);
+		buf = srq_take(nq->t, wc->wr_id, &rec, &idx);
 		return buf ? on_capsule(nq, buf, wc->byte_len, rec, idx) : 0;
 	case WR_READ:
 		read_done(nq);
@@ -785,7 +910,7 @@ static int nq_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 static int nq_undecided(struct nvmet_queue *nq, const char *what, int r)
 {
 	LOG("queue %u: cannot %s the connection request: %s", nq->serial, what, strerror(-r));
-	g_stats.queues_dropped++;
+	nq->t->stats.queues_dropped++;
 	nq_free(nq);
 	return 1;
 }
@@ -795,27 +920,10 @@ static int nq_reject(struct qsm_conn *q, struct nvmet_queue *nq, uint16_t sts)
 	struct nvme_rdma_cm_rej rej = { .recfmt = 0, .sts = htole16(sts) };
 	int r;
 
-	g_stats.queues_rejected++;
+	nq->t->stats.queues_rejected++;
 	LOG("queue %u: rejecting the connection request: NVMe/RDMA status %u", nq->serial, sts);
 	r = qsm_conn_reject(q, &rej, sizeof(rej));
 	return r < 0 ? nq_undecided(nq, "reject", r) : 0;
-}
-
-/* Room for one more queue, counted before it allocates anything: at most -c admin queues and
- * -c x (1 + -q) queues in all, so hosts that open queues and never Connect hold bounded memory.
- * Only accepted queues count (a rejected one is on the list until its release). */
-static int nq_room(const struct nvmet_queue *nq)
-{
-	unsigned admin = 0, all = 0;
-
-	for (const struct nvmet_queue *o = all_queues; o; o = o->next)
-		if (o != nq && o->reqs) {
-			all++;
-			admin += o->qid == 0;
-		}
-	if (nq->qid == 0 && admin >= g_opts.max_ctrls)
-		return 0;
-	return all < g_opts.max_ctrls * (1u + g_opts.max_io_queues);
 }
 
 /* REQUESTED.enter: the request handler. */
@@ -828,9 +936,14 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	int r;
 
 	nq->q = q;
-	nq->serial = ++next_serial;
+	nq->t = thread_of(qsm_conn_ctx(q));
+	nq->serial = __atomic_add_fetch(&next_serial, 1, __ATOMIC_RELAXED);
+	if (!nq->t) {   /* a ctx nvmet_thread_init() never saw: a bug of the target's own */
+		LOG("queue %u: on a ctx of no thread of the target's: dropped", nq->serial);
+		return 1;
+	}
 	nq_link(nq);
-	g_stats.queues_requested++;
+	nq->t->stats.queues_requested++;
 	if (!ev->private_data || ev->private_data_len < sizeof(req))
 		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_LEN);
 	memcpy(&req, ev->private_data, sizeof(req));
@@ -846,7 +959,7 @@ static int nq_requested(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (nq->hrqsize < 1)
 		return nq_reject(q, nq, NVME_RDMA_CM_INVALID_HRQSIZE);
 	nq->depth = (uint16_t)depth;
-	if (!nq_room(nq))
+	if (!nq_reserve(nq))
 		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
 	if (nq_alloc(nq) < 0)
 		return nq_reject(q, nq, NVME_RDMA_CM_NO_RSC);
@@ -882,9 +995,9 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	if (g_opts.srq_depth) {
 		struct qsm_srq *s = qsm_conn_srq(q);
 
-		if (s && !srq_find(qsm_srq_device_name(s)))
+		if (s && !srq_find(nq->t, qsm_srq_device_name(s)))
 			nq_srq_low(s);
-		if (!s || !srq_find(qsm_srq_device_name(s))) {
+		if (!s || !srq_find(nq->t, qsm_srq_device_name(s))) {
 			r = s ? -ENOMEM : -ENODEV;
 			goto fail;
 		}
@@ -899,17 +1012,17 @@ static int nq_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	nq->buf_lkey = qsm_mr_lkey(nq->buf_mr);
 	/* I/O queues move data straight between the namespace and the host's buffers: the
 	 * namespace is a pool, registered once on this device for every queue on it */
-	if (nq->qid && (r = qsm_pool_keys(g_ns_pool, q, &nq->ns_lkey, NULL)) < 0)
+	if (nq->qid && (r = qsm_pool_keys(nq->t->ns_pool, q, &nq->ns_lkey, NULL)) < 0)
 		goto fail;
 	for (uint32_t i = 0; nq->recv_bufs && i < nq->depth; i++)
 		if ((r = post_recv(nq, i)) < 0)
 			goto fail;
-	g_stats.queues_accepted++;
+	nq->t->stats.queues_accepted++;
 	return 0;
 fail:
 	/* non-zero destroys the queue before the accept is sent, without release */
 	LOG("queue %u (qid %u): cannot set up its buffers: %s", nq->serial, nq->qid, strerror(-r));
-	g_stats.queues_dropped++;
+	nq->t->stats.queues_dropped++;
 	nq_free(nq);
 	return 1;
 }
@@ -919,7 +1032,7 @@ static int nq_live(struct qsm_conn *q, const struct qsm_event_info *ev)
 	struct nvmet_queue *nq = qsm_conn_priv(q);
 
 	(void)ev;
-	g_stats.queues_live++;
+	nq->t->stats.queues_live++;
 	VLOG("queue %u (qid %u): LIVE", nq->serial, nq->qid);
 	return 0;
 }
@@ -930,7 +1043,7 @@ static int nq_device_removed(struct qsm_conn *q, const struct qsm_event_info *ev
 	struct qsm_mr **mrs[] = { &nq->recv_mr, &nq->rsp_mr, &nq->buf_mr };
 
 	(void)ev;
-	g_stats.device_removals++;
+	nq->t->stats.device_removals++;
 	LOG("queue %u (qid %u): device removed, dropping its memory registrations", nq->serial, nq->qid);
 	for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
 		if (*mrs[i]) {
@@ -957,7 +1070,7 @@ static void nq_release(struct qsm_conn *q)
 		nvmet_queue_detach(nq);
 	if (nq->reqs)   /* accepted, not only requested */
 		VLOG("queue %u (qid %u): closed", nq->serial, nq->qid);
-	g_stats.queues_released++;
+	nq->t->stats.queues_released++;
 	nq_free(nq);
 }
 

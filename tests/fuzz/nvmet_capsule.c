@@ -47,9 +47,15 @@
 
 /* What examples/nvmet/main.c owns in the real target. */
 struct nvmet_opts g_opts;
-struct nvmet_stats g_stats;
 uint8_t *g_ns;
-struct qsm_pool *g_ns_pool;
+
+/* The target's thread (its ctx: tctx), as main.c makes each of its threads (-T) */
+static struct nvmet_thread tt;
+
+static int flush_posts(void)
+{
+	return nvmet_flush_posts(&tt);
+}
 
 #define MAX_OPS 256
 #define NQUEUES 6               /* host queues an input may open */
@@ -105,7 +111,7 @@ static struct qsm_sim *sim;
 static struct qsm_ctx *tctx, *hctx;
 static struct harness world = { .ctx = { &hctx, &tctx }, .bound = 100000,
 				.now_ns = 1000 * HARNESS_MS, .on_failure = harness_failed,
-				.after_dispatch = nvmet_flush_posts };
+				.after_dispatch = flush_posts };
 static struct sockaddr_in addr;
 static struct fq fqs[NQUEUES];
 static unsigned nfq;
@@ -484,7 +490,6 @@ static void world_new(struct script *s)
 	static const uint32_t icds[] = { 0, 512, 1024, ICD_MAX };
 	unsigned b = take(s), b2 = take(s);
 
-	memset(&g_stats, 0, sizeof(g_stats));
 	memset(fqs, 0, sizeof(fqs));
 	nfq = 0;
 	ncntlids = 0;
@@ -500,7 +505,7 @@ static void world_new(struct script *s)
 		.now_ns = harness_clock, .now_arg = &world }, &tctx) == 0, "target ctx");
 	CHECK(qsm_sim_fabric_new(sim, &f) == 0 && qsm_ctx_new(&(struct qsm_ctx_opts){ .fabric = f,
 		.now_ns = harness_clock, .now_arg = &world }, &hctx) == 0, "host ctx");
-	CHECK(qsm_ctx_reg_pool(tctx, g_ns, NS_SIZE, QSM_ACCESS_LOCAL_WRITE, &g_ns_pool) == 0, "pool");
+	CHECK(nvmet_thread_init(&tt, tctx) == 0, "the target's thread");
 	addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "192.0.2.1", &addr.sin_addr);
 	target_class = nvmet_queue_class;
@@ -522,15 +527,16 @@ static void world_end(void)
 	harness_settle(&world);
 	for (unsigned i = 0; i < nfq; i++)
 		CHECK(fqs[i].released, "host queue %u not released", i);
-	CHECK(nvmet_queues_live() == 0, "%u target queues left", nvmet_queues_live());
+	CHECK(nvmet_queues_live(&tt) == 0, "%u target queues left", nvmet_queues_live(&tt));
 	CHECK(nvmet_ctrls_live() == 0, "%u controllers left", nvmet_ctrls_live());
 	CHECK(qsm_ctx_counters(tctx, &c, sizeof(c)) == 0 && c.unexpected == 0,
 	      "the target saw %llu unexpected events", (unsigned long long)c.unexpected);
 	qsm_ctx_free(hctx);
-	nvmet_queues_take_all();
+	nvmet_queues_take_all(&tt);
 	qsm_ctx_free(tctx);
 	hctx = tctx = NULL;
 	nvmet_queues_free_all();
+	nvmet_thread_fini(&tt);
 	nvmet_ctrls_free_all();
 	qsm_sim_get_stats(sim, &st);
 	CHECK(st.ids + st.qps + st.device_refs + st.mrs == 0, "the sim holds ids %u qps %u refs %u mrs %u",

@@ -13,7 +13,9 @@
 #      queues of 32 entries: 1,000 queues in all with the admin queues, the same fio verify.
 # The target runs as a storage target for many hosts would: its queues on one shared receive
 # queue per device (-Q SRQ, default 4096 capsules; SRQ 0: each queue its own receives, depth x
-# 4160 bytes).  Each phase prints the target's peak resident memory (VmHWM).
+# 4160 bytes), on THREADS threads (-T, default 2: each host's queues spread over both, so that
+# its controller is shared across threads; its I/O queues ended from another thread when its
+# admin queue goes).  Each phase prints the target's peak resident memory (VmHWM).
 # Each phase asserts: the target counted every queue LIVE, every controller's path did I/O, fio's
 # verify clean; at the end every controller freed, no unexpected event, no error, the target's
 # counter identities.
@@ -46,7 +48,9 @@ srq=${6:-4096}
 [[ $srq =~ ^[0-9]+$ ]] || fail "SRQ: a number (0: each queue its own receives)"
 srq_args=()
 ((srq)) && srq_args=(-Q "$srq")
-target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -c "$maxc" -q "$maxq" -v "${srq_args[@]}"
+threads=${7:-2}
+[[ $threads =~ ^[1-9][0-9]*$ ]] || fail "THREADS: a positive number"
+target_start -a "$addr" -p "$port" -n "$nqn" -s 64M -c "$maxc" -q "$maxq" -v -T "$threads" "${srq_args[@]}"
 
 # host_nqn K: the K-th host's NQN (and, its last 12 digits, its host id)
 host_uuid() { printf '5a1c0de0-0000-4000-8000-%012d' "$1"; }
@@ -137,4 +141,4 @@ phase "many hosts" "$hosts" "$queues" 128
 kato=60
 phase "1,000 queues" "$big_ctrls" "$big_queues" 32
 target_stop
-echo "PASS: nvmet-hosts: $hosts hosts x $queues I/O queues, then $big_ctrls x $big_queues ($((big_ctrls * (1 + big_queues))) queues), fio verify clean through every controller; no unexpected event"
+echo "PASS: nvmet-hosts: $threads target threads, $hosts hosts x $queues I/O queues, then $big_ctrls x $big_queues ($((big_ctrls * (1 + big_queues))) queues), fio verify clean through every controller; no unexpected event"
