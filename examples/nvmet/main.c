@@ -156,13 +156,8 @@ static void tally_one(struct worker *w, struct tally_req *q)
 	struct qsm_counters c;
 
 	nvmet_tally(&w->t, &q->sum);
-	if (qsm_ctx_counters(w->t.ctx, &c, sizeof(c)) == 0) {
-		const uint64_t *from = (const uint64_t *)&c;
-		uint64_t *to = (uint64_t *)&q->c;
-
-		for (size_t i = 0; i < sizeof(c) / sizeof(uint64_t); i++)
-			to[i] += from[i];
-	}
+	if (qsm_ctx_counters(w->t.ctx, &c, sizeof(c)) == 0)
+		nvmet_sum_counters(&q->c, &c, sizeof(c));
 	write_picture(&w->t);
 }
 
@@ -293,6 +288,7 @@ static int serve(struct worker *w, int sfd)
 		n = epoll_wait(ep, evs, 4, wait);
 		if (n < 0 && errno != EINTR) {
 			perror("qsm-nvmet: epoll_wait");
+			w->rc = -1;
 			break;
 		}
 		for (int i = 0; i < n; i++) {
@@ -318,8 +314,10 @@ static int serve(struct worker *w, int sfd)
 		r = qsm_ctx_dispatch(t->ctx, BUDGET);
 		if (r < 0) {
 			fprintf(stderr, "qsm-nvmet: thread %u: dispatch: %s\n", t->index, strerror(-r));
-			if (sfd >= 0)
+			if (sfd >= 0) {   /* the main thread: the target stops, and says it failed */
+				w->rc = -1;
 				break;
+			}
 			/* a worker: the target stops; this thread goes on until it is told */
 			if (!w->rc)
 				kill(getpid(), SIGTERM);

@@ -104,6 +104,15 @@ struct nvmet_tally {
 	int srq_ok;                      /* every thread's SRQ buffers counted right */
 };
 void nvmet_tally(const struct nvmet_thread *t, struct nvmet_tally *sum);
+/* Counters summed: size bytes of uint64_t counters from into to (a struct of counters only). */
+static inline void nvmet_sum_counters(void *to, const void *from, size_t size)
+{
+	uint64_t *t = to;
+	const uint64_t *f = from;
+
+	for (size_t i = 0; i < size / sizeof(uint64_t); i++)
+		t[i] += f[i];
+}
 
 #define LOG(...) do { flockfile(stdout); printf("qsm-nvmet: " __VA_ARGS__); putchar('\n'); \
 			     fflush(stdout); funlockfile(stdout); } while (0)   /* one line, whatever the threads */

@@ -318,12 +318,10 @@ void nvmet_thread_fini(struct nvmet_thread *t)
 
 void nvmet_tally(const struct nvmet_thread *t, struct nvmet_tally *sum)
 {
-	const uint64_t *from = (const uint64_t *)&t->stats;
-	uint64_t *to = (uint64_t *)&sum->s, held = 0, holding = 0;
+	uint64_t held = 0, holding = 0;
 
 	_Static_assert(sizeof(struct nvmet_stats) % sizeof(uint64_t) == 0, "counters only");
-	for (size_t i = 0; i < sizeof(t->stats) / sizeof(uint64_t); i++)
-		to[i] += from[i];
+	nvmet_sum_counters(&sum->s, &t->stats, sizeof(t->stats));
 	sum->open += nvmet_queues_live(t);
 	for (const struct nvmet_queue *nq = t->queues; nq; nq = nq->next) {
 		for (uint32_t i = 0; nq->reqs && i < nq->nreqs; i++) {
