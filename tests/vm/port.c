@@ -118,7 +118,9 @@ int main(int argc, char **argv)
 {
 	unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 20;
 	const char *netdev = vm_env("QSM_VM_NETDEV", "veth0"), *ip = vm_env("QSM_VM_ADDR", "192.0.2.1");
-	const char *extra = vm_env("QSM_PORT_EXTRA_ADDR", "192.0.2.77");
+	/* IPv6: a second address in veth0's prefix, added nodad so it is usable (and a GID) at once */
+	bool v6 = strchr(ip, ':') != NULL;
+	const char *extra = vm_env("QSM_PORT_EXTRA_ADDR", v6 ? "2001:db8::77" : "192.0.2.77");
 	char cidr[64];
 	struct sockaddr_storage addr;
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_PORT_PORT", "7475");
@@ -137,7 +139,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: port [N (1..1000) [TRACE_FILE|-]]\n");
 		return 2;
 	}
-	snprintf(cidr, sizeof(cidr), "%s/24", extra);
+	snprintf(cidr, sizeof(cidr), "%s/%d", extra, v6 ? 64 : 24);
 	if (vm_trace_open(argc, argv) < 0)
 		return 2;
 	q = calloc(n, sizeof(*q));
@@ -246,7 +248,8 @@ int main(int argc, char **argv)
 	edges_before = tallies[0].queue_edges + tallies[1].queue_edges;
 	tallies[0].gid_change = tallies[1].gid_change = 0;   /* the link's own came before */
 	t0 = vm_now();
-	if (ip_cmd(server, client, (char *const[]){ "ip", "addr", "add", cidr, "dev", (char *)netdev, NULL }) < 0)
+	if (ip_cmd(server, client, (char *const[]){ "ip", "addr", "add", cidr, "dev", (char *)netdev,
+						    v6 ? "nodad" : NULL, NULL }) < 0)
 		goto out;
 	while (!tallies[0].gid_change && (vm_now() - t0) * 1000 < GID_LIMIT_MS)
 		vm_pump(server, client);

@@ -17,7 +17,8 @@
  *                                QSM_VM_ADDR (192.0.2.1): device 1; QSM_TWODEV_DEV2 (rxe1),
  *                                QSM_TWODEV_ADDR2 (198.51.100.1): device 2; QSM_TWODEV_PORT
  *                                (7481); QSM_TWODEV_LISTEN: "each" (a listener per address,
- *                                default) or "wildcard" (one on 0.0.0.0).
+ *                                default) or "wildcard" (one on 0.0.0.0, or :: when
+ *                                QSM_VM_ADDR is IPv6).
  * Exit 0 only if every check passed.  Needs root (rdma link) and both devices up.
  */
 #include <arpa/inet.h>
@@ -382,6 +383,8 @@ int main(int argc, char **argv)
 	const char *dev2 = vm_env("QSM_TWODEV_DEV2", "rxe1");
 	const char *ip_a = vm_env("QSM_VM_ADDR", "192.0.2.1"), *ip_b = vm_env("QSM_TWODEV_ADDR2", "198.51.100.1");
 	bool wildcard = strcmp(vm_env("QSM_TWODEV_LISTEN", "each"), "wildcard") == 0;
+	/* the wildcard of the scenario's family: "::" takes IPv4 too, as rdma_cm's AF_INET6 listen does */
+	const char *any_ip = strchr(ip_a, ':') ? "::" : "0.0.0.0";
 	struct sockaddr_storage any;
 	struct qsm_listener *la = NULL, *lb = NULL;
 	struct qsm_counters cc, sc;
@@ -393,7 +396,7 @@ int main(int argc, char **argv)
 	vm_init_stdio();
 	if (!n || n > 1000 || !vm_parse_addr(&addr_a, ip_a, "QSM_TWODEV_PORT", "7481") ||
 	    !vm_parse_addr(&addr_b, ip_b, "QSM_TWODEV_PORT", "7481") ||
-	    !vm_parse_addr(&any, "0.0.0.0", "QSM_TWODEV_PORT", "7481")) {
+	    !vm_parse_addr(&any, any_ip, "QSM_TWODEV_PORT", "7481")) {
 		fprintf(stderr, "usage: twodev [N (1..1000) per group [TRACE_FILE|-]]\n");
 		return 2;
 	}
@@ -409,9 +412,9 @@ int main(int argc, char **argv)
 	/* ---- listen: one listener per address, or one on the wildcard address ---- */
 	if (wildcard) {
 		if (vm_listener_new(w.server, &(struct qsm_listener_opts){ .addr = (struct sockaddr *)&any,
-				    .cls = &server_class, .backlog = 1024 }, "0.0.0.0", &la) < 0)
+				    .cls = &server_class, .backlog = 1024 }, any_ip, &la) < 0)
 			return 1;
-		printf("== one listener on 0.0.0.0:%u\n", vm_addr_port(&any));
+		printf("== one listener on %s port %u\n", any_ip, vm_addr_port(&any));
 	} else {
 		struct qsm_reconnect_policy relisten = { .initial_delay_ms = 200, .max_delay_ms = 500 };
 

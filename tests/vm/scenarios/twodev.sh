@@ -1,11 +1,11 @@
 #!/bin/bash
-# qsm-vm: families 4 (the second device's address, 198.51.100.1, is IPv4; a second IPv6 prefix is not set up yet)
 # VM scenario: two-device failover (tests/vm/twodev.c). A second netdev with its own address and a
 # second RDMA device on it, made here (guest/init brings up only the first): group A's queues on
 # device 1, group B's on device 2; `rdma link delete` of device 1: A's queues reconnect through
 # device 2 (qsm_conn_set_dst(3) in their device_removed handler) while B's take no edge and keep
 # exchanging; device 1 re-added: no queue moves, new queues connect through it. Twice: a listener
-# per address, then one on the wildcard address.
+# per address, then one on the wildcard address. Device 2's address: 198.51.100.1/24, or on IPv6
+# (QSM_VM_FAMILY=6) 2001:db8:1::1/64 added nodad, as guest/init adds veth0's.
 #   tests/vm/run tests/vm/scenarios/twodev.sh [N [BINARY]]
 # qsm-vm: timeout 420
 # N queues per group (50). The binary: BINARY, else $QSM_TWODEV_BIN, else ./tests/vm/twodev (run
@@ -23,11 +23,16 @@ vm_setup twodev 50 QSM_TWODEV_BIN "$@"
 # of its own, the address on one end only, as veth0's, and every connection rxe loopback.
 transport=${QSM_VM_TRANSPORT:-rxe}
 dev2=${transport}1
-addr2=198.51.100.1
+if [[ ${QSM_VM_FAMILY:-4} == 6 ]]; then
+	addr2=2001:db8:1::1 cidr2=2001:db8:1::1/64 nodad=nodad
+else
+	addr2=198.51.100.1 cidr2=198.51.100.1/24 nodad=
+fi
 ip link add veth2 type veth peer name veth3 || fail "ip link add veth2 type veth"
 ip link set veth2 up || fail "ip link set veth2 up"
 ip link set veth3 up || fail "ip link set veth3 up"
-ip addr add "$addr2/24" dev veth2 || fail "ip addr add $addr2/24 dev veth2"
+# shellcheck disable=SC2086 # nodad: one word or none
+ip addr add "$cidr2" dev veth2 $nodad || fail "ip addr add $cidr2 dev veth2 $nodad"
 rdma link add "$dev2" type "$transport" netdev veth2 || fail "rdma link add $dev2 type $transport netdev veth2"
 end=$((${EPOCHREALTIME/[.,]/} + 10000000))
 until rdma link show "$dev2/1" 2>/dev/null | grep -q 'state ACTIVE'; do
