@@ -97,8 +97,8 @@ int __wrap_qsm_srq_post_recv(struct qsm_srq *s, uint64_t wr_id, const struct qsm
 }
 
 
-/* A list posted at once (one doorbell): '[', then each WR ('w' an RDMA WRITE, 's' a SEND, 'R' a
- * READ), then ']'. */
+/* A list posted at once (one doorbell): '[', then each WR ('w' an RDMA WRITE, 's' a SEND, 'i' a
+ * SEND_WITH_INV, 'R' a READ), then ']'. */
 int __real_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
 int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted);
 int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int n, int *posted)
@@ -106,7 +106,8 @@ int __wrap_qsm_conn_post_list(struct qsm_conn *q, const struct qsm_wr *wrs, int 
 	post_logged(q, '[');
 	for (int i = 0; i < n; i++)
 		post_logged(q, wrs[i].opcode == QSM_WR_RDMA_WRITE ? 'w' :
-			       wrs[i].opcode == QSM_WR_SEND ? 's' : wrs[i].opcode == QSM_WR_RDMA_READ ? 'R' : '?');
+			       wrs[i].opcode == QSM_WR_SEND ? 's' : wrs[i].opcode == QSM_WR_SEND_WITH_INV ? 'i' :
+			       wrs[i].opcode == QSM_WR_RDMA_READ ? 'R' : '?');
 	post_logged(q, ']');
 	return __real_qsm_conn_post_list(q, wrs, n, posted);
 }
@@ -152,6 +153,8 @@ struct host {
 	unsigned nsent;
 	struct nvme_cqe rsp[4 * NSLOTS];         /* responses, in arrival order */
 	unsigned nrsp;
+	unsigned ninv;                           /* responses that came SEND_WITH_INV */
+	uint32_t inv_rkey;                       /* the last one's invalidated rkey */
 	int live, rejected, lost, released;
 	uint16_t rej_sts;                        /* the NVMe/RDMA reject status, if rejected */
 };
@@ -184,7 +187,8 @@ static int host_qp_ready(struct qsm_conn *q, const struct qsm_event_info *ev)
 	ck_assert_int_eq(qsm_conn_reg_mr(q, &h->data, sizeof(h->data), QSM_ACCESS_REMOTE_READ,
 					 &h->data_mr), 0);
 	ck_assert_int_eq(qsm_conn_reg_mr(q, h->io, sizeof(h->io), QSM_ACCESS_LOCAL_WRITE |
-					 QSM_ACCESS_REMOTE_READ | QSM_ACCESS_REMOTE_WRITE, &h->io_mr), 0);
+					 QSM_ACCESS_REMOTE_READ | QSM_ACCESS_REMOTE_WRITE | QSM_ACCESS_MW_BIND,
+					 &h->io_mr), 0);
 	for (unsigned i = 0; i < NSLOTS; i++)
 		ck_assert_int_eq(host_post_recv(h, i), 0);
 	return 0;
@@ -198,6 +202,10 @@ static int host_completion(struct qsm_conn *q, const struct qsm_wc *wc)
 		return 0;
 	ck_assert_uint_lt(h->nrsp, sizeof(h->rsp) / sizeof(h->rsp[0]));
 	h->rsp[h->nrsp++] = h->cqe[wc->wr_id];
+	if (wc->wc_flags & QSM_WC_WITH_INV) {
+		h->ninv++;
+		h->inv_rkey = wc->invalidated_rkey;
+	}
 	return host_post_recv(h, (unsigned)wc->wr_id) < 0;
 }
 
@@ -800,8 +808,8 @@ static void host_expect(struct host *h, struct nvme_sqe *caps, const int *st, un
 
 /* DPTR of a type or subtype the RDMA binding does not take (a keyed block of a reserved subtype,
  * a segment descriptor, an unkeyed block with an address): SGL Descriptor Type Invalid.  PSDT
- * other than SGLs, or a fused command: Invalid Field in Command.  A keyed block asking for
- * remote invalidation is the host's to send. */
+ * other than SGLs, or a fused command: Invalid Field in Command.  (A keyed block asking for
+ * remote invalidation is taken: test_a_keyed_block_asking_for_invalidation_...) */
 START_TEST(test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused)
 {
 	struct host *a, *io = host_io_up(&a);
@@ -817,7 +825,6 @@ START_TEST(test_sgl_of_wrong_type_or_subtype_and_prp_or_fused_flags_are_refused)
 	c[2].sgl.type = NVME_SGL_DATA_BLOCK << 4 | NVME_SGL_SUB_ADDRESS;
 	c[3].flags = 0;                                             /* PRPs */
 	c[4].flags = NVME_CMD_PSDT_SGL | 1;                         /* fused, first */
-	c[5].sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_INVALIDATE;
 	host_expect(io, c, st, 6);
 	ck_assert_uint_eq(tt.stats.reads, 1);
 }
@@ -1004,6 +1011,58 @@ START_TEST(test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read
 	ck_assert_int_eq(host_ask(io, &s, 11, NULL), NVME_SC_SUCCESS);
 	ck_assert_str_eq(posts, "r[ws]");
 	ck_assert_mem_eq(io->io, data, sizeof(data));
+}
+END_TEST
+
+/* A keyed block whose subtype asks for Remote Invalidation (what the kernel host sends for every
+ * FRWR-registered buffer): the response goes SEND_WITH_INV of that rkey, after the data, so the
+ * host's receive says which rkey is gone and it posts no LOCAL_INV of its own; the rkey is then
+ * really gone: a second read through it fails at the host's side and is never answered.  A plain
+ * keyed block's response is a plain SEND.  (The sim invalidates memory windows: the host's rkey
+ * here is a window's.) */
+START_TEST(test_a_keyed_block_asking_for_invalidation_is_answered_with_send_with_inv)
+{
+	struct host *a, *io = host_io_up(&a);
+	uint8_t data[4096];
+	struct qsm_mw *mw;
+	struct nvme_sqe s;
+	uint32_t rkey;
+
+	fill(data, sizeof(data), 3);
+	host_icd_write_logged(io, 10, 8, data, NVMET_ICD_DEFAULT);
+	host_read_back(io, 11, 8, data, NVMET_ICD_DEFAULT);
+	ck_assert_uint_eq(io->ninv, 0);
+
+	ck_assert_int_eq(qsm_conn_alloc_mw(io->q, &mw), 0);
+	ck_assert_int_eq(qsm_conn_bind_mw(io->q, 70, mw, io->io_mr, (uintptr_t)io->io, NVMET_ICD_DEFAULT,
+					  QSM_ACCESS_REMOTE_WRITE, QSM_POST_SIGNALED), 0);
+	pump();
+	rkey = qsm_mw_rkey(mw);
+	ck_assert_uint_ne(rkey, 0);
+
+	s = rw_capsule(io, NVME_CMD_READ, 12, 8, NVMET_ICD_DEFAULT >> NVMET_LBA_SHIFT, NVMET_ICD_DEFAULT);
+	memcpy(s.sgl.key, &(uint32_t){ htole32(rkey) }, 4);
+	s.sgl.type = NVME_SGL_KEYED_DATA << 4 | NVME_SGL_SUB_INVALIDATE;
+	memset(io->io, 0, NVMET_ICD_DEFAULT);
+	memset(posts, 0, sizeof(posts));
+	nposts = 0;
+	ck_assert_int_eq(host_ask(io, &s, 12, NULL), NVME_SC_SUCCESS);
+	ck_assert_str_eq(posts, "r[wi]");
+	ck_assert_mem_eq(io->io, data, NVMET_ICD_DEFAULT);
+	ck_assert_uint_eq(io->ninv, 1);
+	ck_assert_uint_eq(io->inv_rkey, rkey);
+	ck_assert_uint_eq(tt.stats.remote_invalidates, 1);
+	ck_assert_uint_eq(tt.stats.wc_errors, 0);
+
+	/* the window is invalid now: the target's WRITE through it is refused */
+	s.cid = htole16(13);
+	host_send(io, &s);
+	pump();
+	ck_assert_uint_eq(host_responses(io, 13), 0);
+	ck_assert_uint_ge(tt.stats.wc_errors, 1);
+	ck_assert_uint_eq(tt.stats.remote_invalidates, 2);   /* posted behind the refused WRITE */
+	/* the host's QP went to ERR with it: the queue is gone, and its window with it */
+	ck_assert(io->lost && io->released);
 }
 END_TEST
 
@@ -1696,6 +1755,7 @@ static Suite *nvmet_suite(void)
 	tcase_add_test(t, test_in_capsule_offset_beyond_the_capsule_is_sgl_offset_invalid);
 	tcase_add_test(t, test_identify_reports_the_in_capsule_data_size_in_ioccsz);
 	tcase_add_test(t, test_a_write_in_the_capsule_lands_and_reads_back_without_an_rdma_read);
+	tcase_add_test(t, test_a_keyed_block_asking_for_invalidation_is_answered_with_send_with_inv);
 	tcase_add_test(t, test_in_capsule_data_at_the_edges_of_icd);
 	tcase_add_test(t, test_no_in_capsule_data_on_the_admin_queue_nor_with_icd_zero);
 	tcase_add_test(t, test_in_capsule_and_keyed_writes_mix_and_in_capsule_ones_take_no_read_slot);

@@ -229,7 +229,8 @@ static void print_counters(const struct tally_req *q)
 	    PRIu64 " (%" PRIu64 " bytes), flushes %" PRIu64 "; wc errors %" PRIu64 ", protocol errors %"
 	    PRIu64 ", device removals %" PRIu64 "; RDMA READs that waited for the read window %" PRIu64
 	    "; data in the capsule %" PRIu64 "; keep alive timeouts %" PRIu64
-	    "; shared receive queues made %" PRIu64 "; capsules that waited for a request slot %" PRIu64,
+	    "; shared receive queues made %" PRIu64 "; capsules that waited for a request slot %" PRIu64
+	    "; responses posted SEND_WITH_INV %" PRIu64,
 	    st->queues_requested, st->queues_rejected, st->queues_accepted,
 	    st->queues_live, st->queues_released, created, freed,
 	    nvmet_ctrls_live(), st->connects, st->connect_errors, st->cmds,
@@ -237,7 +238,7 @@ static void print_counters(const struct tally_req *q)
 	    st->writes, st->bytes_written, st->flushes, st->wc_errors,
 	    st->protocol_errors, st->device_removals, st->reads_waited,
 	    st->in_capsule, st->kato_expired, st->srqs_made,
-	    st->capsules_waited);
+	    st->capsules_waited, st->remote_invalidates);
 }
 
 static void stop_call(struct qsm_ctx *ctx, void *arg, int status)

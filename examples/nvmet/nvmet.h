@@ -55,6 +55,7 @@ struct nvmet_stats {
 	uint64_t in_capsule;     /* commands whose host data came in their capsule (no READ) */
 	uint64_t srqs_made;      /* shared receive queues made and filled (-Q) */
 	uint64_t capsules_waited; /* capsules that came before a request slot was free again */
+	uint64_t remote_invalidates; /* responses posted SEND_WITH_INV (the host's rkey) */
 	uint64_t bytes_read, bytes_written;
 	/* for the identities (nvmet_identities) */
 	uint64_t queues_dropped; /* given up before the accept went out: no release follows */
@@ -132,6 +133,9 @@ struct nvmet_req {
 	 * request holds, recv, until the data is taken or the command answered) */
 	uint64_t raddr;
 	uint32_t rkey, rlen;
+	/* the descriptor's subtype asked for Remote Invalidation: the response is SEND_WITH_INV of
+	 * rkey, so the host need not post a LOCAL_INV for it (NVMe/RDMA, as nvmet-rdma and SPDK) */
+	int invalidate;
 	const uint8_t *icd;
 	int32_t recv;            /* the receive buffer held, or -1 */
 	struct nvmet_srq *srq;   /* whose buffer recv is: the device's SRQ's, or NULL: the queue's */

@@ -627,6 +627,15 @@ void nvmet_complete(struct nvmet_req *r, uint16_t status, uint64_t result)
 				 .lkey = qsm_mr_lkey(nq->rsp_mr) };
 	*wr = (struct qsm_wr){ .wr_id = WR_ID(WR_SEND, r->idx), .opcode = QSM_WR_SEND, .sg_list = sge,
 			       .num_sge = 1, .flags = QSM_POST_SIGNALED };
+	/* The host asked to have its rkey invalidated with the response (the keyed descriptor's
+	 * subtype): whatever the status, as the kernel's nvmet-rdma does, since the host waits for
+	 * the response either way and otherwise posts a LOCAL_INV of its own before it may reuse
+	 * the registration. */
+	if (r->invalidate) {
+		wr->opcode = QSM_WR_SEND_WITH_INV;
+		wr->imm_data = r->rkey;
+		nq->t->stats.remote_invalidates++;
+	}
 	nq->npend++;
 }
 
@@ -642,7 +651,7 @@ static void flush_queue(struct nvmet_queue *nq)
 	if (rc >= 0)
 		return;
 	for (int k = posted; k < n; k++)
-		if (nq->pend[k].opcode == QSM_WR_SEND)
+		if (nq->pend[k].opcode != QSM_WR_RDMA_WRITE)
 			req_put(&nq->reqs[nq->pend[k].wr_id >> 8]);
 	if (rc != -ENOTCONN)
 		nq_fail(nq, posted < n && nq->pend[posted].opcode == QSM_WR_RDMA_WRITE ?
@@ -753,6 +762,7 @@ static uint16_t parse_sgl(struct nvmet_req *r, const uint8_t *capsule, uint32_t 
 	r->raddr = 0;
 	r->rkey = 0;
 	r->rlen = 0;
+	r->invalidate = 0;
 	if ((r->cmd.flags & NVME_CMD_FUSE_MASK) ||
 	    (r->cmd.flags & NVME_CMD_PSDT_MASK) != NVME_CMD_PSDT_SGL)
 		return NVME_SC_INVALID_FIELD | NVME_STATUS_DNR;
@@ -763,6 +773,7 @@ static uint16_t parse_sgl(struct nvmet_req *r, const uint8_t *capsule, uint32_t 
 		r->raddr = addr;
 		r->rlen = get_le24(sgl->length);
 		r->rkey = get_le32b(sgl->key);
+		r->invalidate = subtype == NVME_SGL_SUB_INVALIDATE;
 		return 0;
 	}
 	if (type == NVME_SGL_DATA_BLOCK && subtype == NVME_SGL_SUB_OFFSET) {
