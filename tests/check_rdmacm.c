@@ -1312,6 +1312,42 @@ START_TEST(test_a_send_on_an_srq_qp_heats_its_cold_send_cq)
 }
 END_TEST
 
+static struct ibv_send_wr seen_wr;
+
+static int copying_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	(void)qp;
+	(void)bad;
+	seen_wr = *wr;
+	return 0;
+}
+
+/* SEND_WITH_INV carries the rkey to invalidate in invalidate_rkey, as verbs say, and in
+ * wr.rdma.rkey too, where libsiw reads it (rdma-core's providers/siw: it sent STag 0 to be
+ * invalidated, and the peer's receive failed).  LOCAL_INV: invalidate_rkey only. */
+START_TEST(test_send_with_inv_names_its_rkey_where_every_provider_reads_it)
+{
+	struct drain_rig x;
+	struct qsm_fabric_wr wr = { .wr_id = 1, .opcode = QSM_WR_SEND_WITH_INV, .imm_data = 0x1234abcd,
+				    .flags = QSM_POST_SIGNALED };
+
+	drain_rig_new(&x, IBV_TRANSPORT_IWARP);
+	x.verbs.ops.post_send = copying_post_send;
+	drain_rig_lists(&x, 2);
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, &wr, 1, NULL), 0);
+	ck_assert_int_eq(seen_wr.opcode, IBV_WR_SEND_WITH_INV);
+	ck_assert_uint_eq(seen_wr.invalidate_rkey, 0x1234abcd);
+	ck_assert_uint_eq(seen_wr.wr.rdma.rkey, 0x1234abcd);
+	ck_assert_uint_eq(seen_wr.wr.rdma.remote_addr, 0);
+	wr.opcode = QSM_WR_LOCAL_INV;
+	ck_assert_int_eq(qsm_rc_post_send(x.r.id, &wr, 1, NULL), 0);
+	ck_assert_int_eq(seen_wr.opcode, IBV_WR_LOCAL_INV);
+	ck_assert_uint_eq(seen_wr.invalidate_rkey, 0x1234abcd);
+	ck_assert_uint_eq(seen_wr.wr.rdma.rkey, 0);
+	drain_rig_free(&x);
+}
+END_TEST
+
 static int post_sends_seen;
 
 static int counting_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -1513,6 +1549,7 @@ static Suite *rdmacm_suite(void)
 	tcase_add_test(t, test_drain_on_ib_moves_the_qp_to_err_and_posts_a_marker);
 	tcase_add_test(t, test_drain_on_iwarp_posts_no_marker_and_drains_once_a_poll_finds_the_cq_empty);
 	tcase_add_test(t, test_post_send_takes_a_set_bad_wr_as_a_refusal_even_when_the_provider_returns_0);
+	tcase_add_test(t, test_send_with_inv_names_its_rkey_where_every_provider_reads_it);
 	tcase_add_test(t, test_a_send_on_an_srq_qp_heats_its_cold_send_cq);
 	tcase_add_test(t, test_post_send_refuses_a_read_of_more_sges_than_the_device_reads_into);
 	tcase_add_test(t, test_flush_qp_ends_an_iwarp_drain_waiting_for_its_cq);

@@ -583,6 +583,12 @@ static void swr_fill(struct qsm_fid *id, int i, const struct qsm_fabric_wr *wr, 
 		s->imm_data = wr->imm_data;         /* carried as is: the receiver sees this value */
 	if (wr->opcode == QSM_WR_SEND_WITH_INV || wr->opcode == QSM_WR_LOCAL_INV)
 		s->invalidate_rkey = wr->imm_data;  /* the rkey to invalidate (verbs' union) */
+	/* libsiw (rdma-core's providers/siw, push_send_wqe) takes a SEND_WITH_INV's rkey from
+	 * wr.rdma.rkey, not invalidate_rkey: without this it sends the peer STag 0 to invalidate,
+	 * the peer's receive fails and the response is lost (seen: the kernel's NVMe host's
+	 * Connect never answered).  A SEND reads no wr.rdma on any other provider. */
+	if (wr->opcode == QSM_WR_SEND_WITH_INV)
+		s->wr.rdma.rkey = wr->imm_data;
 	if (wr->opcode == QSM_WR_RDMA_WRITE || wr->opcode == QSM_WR_RDMA_READ ||
 	    wr->opcode == QSM_WR_RDMA_WRITE_WITH_IMM) {
 		s->wr.rdma.remote_addr = wr->remote_addr;
