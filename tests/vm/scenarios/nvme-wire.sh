@@ -1,7 +1,7 @@
 #!/bin/bash
 # qsm-vm: hosts 2
 # qsm-vm: timeout 600
-# qsm-vm: transports rxe (siw: passed its one run since SEND_WITH_INV works there, 2026-12-05; one run of two had stalled before; kept off siw: its responses are exposed to siw's TX-thread race on a user QP's short SENDs, which fails nvmet-hosts every run; tests/vm/README.md)
+# qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
 # qsm-vm: families 4 (the faults are the transport's; IPv6 adds time, not edges)
 # VM scenario on two guests joined by a virtual wire (tests/vm/run --hosts 2) (issue 18): a runs
 # examples/nvmet/qsm-nvmet (keepalive 2 s: -K 2000), b is the Linux kernel's NVMe-oF host,

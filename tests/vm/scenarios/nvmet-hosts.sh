@@ -2,7 +2,7 @@
 # qsm-vm: timeout 900
 # qsm-vm: smp 8 (the kernel host makes at most one I/O queue of each kind per CPU)
 # qsm-vm: mem 3G (1,000 queues on both ends in one guest: with 1G the OOM killer took the target)
-# qsm-vm: transports rxe (siw: fails every run, a response SEND failing EFAULT in siw's TX thread mid-fio (a kernel race on user QPs) and the host recovering; tests/vm/README.md)
+# qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
 # qsm-vm: families 4 (IPv6: time; nvmeof.sh serves the kernel host over IPv6)
 # VM scenario: many hosts on examples/nvmet/qsm-nvmet.  The Linux kernel's NVMe-oF host connects
 # as several hosts (each its own host NQN and id, so each its own controller of the subsystem,

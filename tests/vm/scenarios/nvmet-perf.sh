@@ -1,6 +1,6 @@
 #!/bin/bash
 # qsm-vm: timeout 900
-# qsm-vm: transports rxe (siw: passed 3 of 3 runs since SEND_WITH_INV works there, 2026-12-05, where 1 in 4 stalled before; kept off siw: its responses are exposed to siw's TX-thread race on a user QP's short SENDs, which fails nvmet-hosts every run; tests/vm/README.md)
+# qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
 # qsm-vm: families 4 (IPv6: time; nvmeof.sh serves the kernel host over IPv6)
 # VM scenario: examples/nvmet/qsm-nvmet against the Linux kernel's own NVMe-oF target
 # (nvmet-rdma), side by side in one boot, for the same kernel host (nvme-rdma):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: transports rxe (siw: passed its one run since SEND_WITH_INV works there, 2026-12-05; 1 run in 7 had failed before, a host command unanswered at the removal; kept off siw: its responses are exposed to siw's TX-thread race on a user QP's short SENDs, which fails nvmet-hosts every run; tests/vm/README.md)
+# qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
 # qsm-vm: timeout 600
 # VM scenario: device removal in the middle of fio, on examples/nvmet/qsm-nvmet with the Linux
 # kernel's NVMe-oF host (issue 19). fio writes random 4 KiB blocks (iodepth 16, 1,500/s) with crc32c
