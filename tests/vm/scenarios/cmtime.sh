@@ -1,6 +1,6 @@
 #!/bin/bash
 # qsm-vm: timeout 900
-# qsm-vm: families 4 (IPv6: time; rping.sh, ping.sh and removal.sh connect over IPv6)
+# qsm-vm: families 4 6:siw (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # VM scenario: a connect storm of N (default 1,000) connections, rdma-core's cmtime against
 # rdma-qsm, side by side in one boot, alternating, ROUNDS (default 3) rounds each.
 #   cmtime: its server (-b) and client (-s) processes; its time to connect N is the sum of its

@@ -1,5 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe siw
+# qsm-vm: families 4 6:siw (IPv6 on one transport, for make check's time: rxe's run is 130 s, its timewaits; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # VM scenario: the fabric contract (tests/contract.c) on the rdmacm fabric over soft-RoCE or
 # soft-iWARP (tests/vm/contract.c): the cases make check runs on the sim, here against the kernel's
 # rdma_cm; on siw each case asserts iWARP's facts where they differ (tests/vm/README.md).

@@ -2,7 +2,7 @@
 # qsm-vm: hosts 2
 # qsm-vm: timeout 600
 # qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
-# qsm-vm: families 4 (the faults are the transport's; IPv6 adds time, not edges)
+# qsm-vm: families 4 6:siw (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # VM scenario on two guests joined by a virtual wire (tests/vm/run --hosts 2) (issue 18): a runs
 # examples/nvmet/qsm-nvmet (keepalive 2 s: -K 2000), b is the Linux kernel's NVMe-oF host,
 # connected across the wire with a 1 s reconnect delay and a 120 s controller loss timeout.

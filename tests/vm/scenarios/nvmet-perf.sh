@@ -1,7 +1,8 @@
 #!/bin/bash
 # qsm-vm: timeout 900
 # qsm-vm: transports rxe siw (siw: with the test VM's fix of siw's TX-thread race, tests/vm/siw-tx-thread-user-copy.patch)
-# qsm-vm: families 4 (IPv6: time; nvmeof.sh serves the kernel host over IPv6)
+# qsm-vm: families 4 6:siw (IPv6 on one transport, one round, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
+# qsm-vm: ipv6-args 1 3 (IPv6: one round of 3 s; the figures are IPv4's)
 # VM scenario: examples/nvmet/qsm-nvmet against the Linux kernel's own NVMe-oF target
 # (nvmet-rdma), side by side in one boot, for the same kernel host (nvme-rdma):
 #   qsm:    qsm-nvmet, its namespace 64 MiB of its own anonymous memory (the RDMA moves data
@@ -23,6 +24,8 @@
 set -u
 
 addr=${QSM_VM_ADDR:-192.0.2.1}
+adrfam=ipv4
+[[ $addr == *:* ]] && adrfam=ipv6
 transport=${QSM_VM_TRANSPORT:-rxe}
 dev=${QSM_VM_DEV:-${transport}0}
 out=${QSM_VM_OUT:-/tmp}
@@ -62,7 +65,7 @@ mkdir "$cfg/subsystems/$knqn" && echo 1 >"$cfg/subsystems/$knqn/attr_allow_any_h
 	mkdir "$cfg/subsystems/$knqn/namespaces/1" &&
 	echo -n "$kdev" >"$cfg/subsystems/$knqn/namespaces/1/device_path" &&
 	echo 1 >"$cfg/subsystems/$knqn/namespaces/1/enable" || fail "cannot make the kernel's subsystem"
-mkdir "$cfg/ports/1" && echo rdma >"$cfg/ports/1/addr_trtype" && echo ipv4 >"$cfg/ports/1/addr_adrfam" &&
+mkdir "$cfg/ports/1" && echo rdma >"$cfg/ports/1/addr_trtype" && echo "$adrfam" >"$cfg/ports/1/addr_adrfam" &&
 	echo "$addr" >"$cfg/ports/1/addr_traddr" && echo "$kport" >"$cfg/ports/1/addr_trsvcid" &&
 	ln -s "$cfg/subsystems/$knqn" "$cfg/ports/1/subsystems/$knqn" || fail "cannot make the kernel's port"
 kernel_down() {

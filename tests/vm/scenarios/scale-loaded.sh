@@ -1,6 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe siw (siw: needs the guest's RLIMIT_MEMLOCK raised, guest/init: siw pins against it even for root)
-# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
+# qsm-vm: families 4 6:siw (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # qsm-vm: host-load 2
 # qsm-vm: timeout 900
 # VM scenario: scale.sh (2,000 queues per side, through device removal and re-add) with the

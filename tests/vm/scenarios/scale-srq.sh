@@ -1,6 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe siw (siw: needs the guest's RLIMIT_MEMLOCK raised, guest/init: siw pins against it even for root)
-# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
+# qsm-vm: families 4 6:rxe (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # qsm-vm: timeout 600
 # VM scenario: scale.sh with the server's 1,000 queues on one shared receive queue per device
 # (QSM_REMOVAL_SRQ=1): made with the first QP, released with the device at `rdma link delete`,

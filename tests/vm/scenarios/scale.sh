@@ -1,6 +1,6 @@
 #!/bin/bash
 # qsm-vm: transports rxe siw (siw: 2,000 per side need the guest's RLIMIT_MEMLOCK raised, guest/init: siw pins against it even for root)
-# qsm-vm: families 4 (IPv6: time; removal.sh runs the same program, removal.c, on IPv6)
+# qsm-vm: families 4 6:siw (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # qsm-vm: timeout 600
 # VM scenario: 2,000 queues per side, each side one ctx, default caps (64/64 WRs), through device
 # removal and re-add (tests/vm/removal.c with N=2000): more QPs than one CQ can serve (rxe's

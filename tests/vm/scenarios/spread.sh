@@ -1,5 +1,5 @@
 #!/bin/bash
-# qsm-vm: families 4 (the spread is the runtime's, not the address family's)
+# qsm-vm: families 4 6:rxe (IPv6 on one transport: the spread is the runtime's, not the address family's)
 # VM scenario: one listener's requests spread over worker ctxs on their own threads
 # (tests/vm/spread.c, qsm_listener_spread(3)): N (default 64) client queues connect and each
 # echoes once through its passive queue on a worker; every worker holds N/W of them; `rdma link

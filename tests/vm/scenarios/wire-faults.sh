@@ -2,7 +2,7 @@
 # qsm-vm: hosts 2
 # qsm-vm: timeout 800
 # qsm-vm: transports rxe siw
-# qsm-vm: families 4 (the faults are the transport's and the host's; IPv6 adds time, not edges: run once, it passed in 157 s)
+# qsm-vm: families 4 6:rxe (IPv6 on one transport, for make check's time; QSM_VM_EVERY_FAMILY=1 runs it on both)
 # VM scenario on two guests joined by a virtual wire (tests/vm/run --hosts 2): the faults of a
 # network and of a host that only two hosts show, each step's edges asserted from the trace.
 #   1. partitions: b pings a on one connection; the wire drops every packet both ways (tc netem
