@@ -1,5 +1,8 @@
 /* qsm-walk: replay named events through one of the library's machines and print each
- * step (state --EVENT / actions--> state), or "unexpected"; a ULP author's what-if tool. */
+ * step (state --EVENT / actions--> state), or "unexpected"; a ULP author's what-if tool.
+ * `qsm-walk --edges [MACHINE]` lists every edge instead, one per line:
+ *     MACHINE STATE EVENT TARGET ACTION,ACTION   (`-`: no action)
+ * in state, then event, order (tests/man.test holds qsm-machines(7) to it). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,12 +17,45 @@ static int machine_by_name(const char *name)
 	return -EINVAL;
 }
 
+/* Every edge of machine @m, as the header says. */
+static void edges(int m)
+{
+	for (int s = 0; s < qsm_machine_state_count(m); s++)
+		for (int ev = 0; ev < QSM_EV_LIMIT; ev++) {
+			struct qsm_edge e;
+			int to = qsm_machine_next(m, s, ev, &e);
+
+			if (to < 0)
+				continue;
+			printf("%s %s %s %s ", qsm_machine_name(m), qsm_state_name(m, s), qsm_event_name(ev),
+			       qsm_state_name(m, to));
+			for (unsigned int a = 0; a < e.nactions; a++)
+				printf("%s%s", a ? "," : "", qsm_action_name(e.actions[a]));
+			printf("%s\n", e.nactions ? "" : "-");
+		}
+}
+
 int main(int argc, char **argv)
 {
 	int m, state, unexpected = 0;
 
+	if (argc >= 2 && strcmp(argv[1], "--edges") == 0) {
+		if (argc == 2) {
+			for (m = 0; m < QSM_MACHINE_COUNT; m++)
+				edges(m);
+			return 0;
+		}
+		m = machine_by_name(argv[2]);
+		if (m < 0) {
+			fprintf(stderr, "qsm-walk: no machine named '%s'\n", argv[2]);
+			return 2;
+		}
+		edges(m);
+		return 0;
+	}
 	if (argc < 2) {
-		fprintf(stderr, "usage: qsm-walk cm_id|accept|listener|qp EVENT...\n");
+		fprintf(stderr, "usage: qsm-walk cm_id|accept|listener|qp|device EVENT...\n"
+				"       qsm-walk --edges [MACHINE]\n");
 		return 2;
 	}
 	m = machine_by_name(argv[1]);
