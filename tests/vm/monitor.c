@@ -162,11 +162,10 @@ int main(int argc, char **argv)
 	char cidr[64];
 	char *addr_del[] = { "ip", "addr", "del", cidr, "dev", (char *)netdev, NULL };
 	/* IPv6: nodad, as the guest adds it, so that it is usable at once.  QSM_MONITOR_DAD=1 adds
-	 * it with duplicate address detection instead (tentative first): every queue is LIVE again
-	 * (no unexpected event), but its check that DEVICE_ADDED reached the client ctx fails (the
-	 * queues' own retries come before DAD ends), and the kernel's CM reports UNREACHABLE on
-	 * most of the connections made during DAD about 1 s after they were established
-	 * (tests/vm/README.md) */
+	 * it with duplicate address detection instead (tentative first).  Every check passed in 4
+	 * runs of 2026-12-05, but not on 12-04: DEVICE_ADDED reaches only queues still waiting in
+	 * the gap when DAD ends, and those whose own retry came first sit in ADDR_RESOLVING, where
+	 * the kernel parks their resolution until resolve_ms (tests/vm/README.md) */
 	char *addr_add[] = { "ip", "addr", "add", cidr, "dev", (char *)netdev, NULL, NULL };
 	struct qsm_ctx *server, *client, *both[2];
 	struct qsm_listener *l;
