@@ -827,6 +827,12 @@ static int fake_rdmacm_to(const struct qsm_class *cls, int state, struct qsm_ctx
 	return 0;
 }
 
+int fake_rdmacm_fabric(struct qsm_fabric **fab)
+{
+	prov_init();
+	return fake_fabric_new(fab, &prov.ctx, &prov.pd, &prov.cq, &prov.cc);
+}
+
 int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct qsm_conn **q,
 		     struct rc_fabric **f)
 {

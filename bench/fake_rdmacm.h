@@ -72,6 +72,26 @@ int fake_rdmacm_live(const struct qsm_class *cls, struct qsm_ctx **ctx, struct q
 int fake_rdmacm_connecting(const struct qsm_class *cls, enum ibv_transport_type transport,
 			   struct qsm_ctx **ctx, struct qsm_conn **q, struct rc_fabric **f);
 
+/* Dispatch until the ctx has nothing left to do, at most @bound calls (a test's settle). */
+static inline void fake_drain(struct qsm_ctx *ctx, int bound)
+{
+	for (int i = 0; i < bound && qsm_ctx_dispatch(ctx, 0) > 0; i++)
+		;
+}
+
+/* The ctx's counters, by value. */
+static inline struct qsm_counters fake_counters(struct qsm_ctx *ctx)
+{
+	struct qsm_counters c;
+
+	qsm_ctx_counters(ctx, &c, sizeof(c));
+	return c;
+}
+
+/* prov_init() and an rdmacm fabric whose device list holds the fake device: 0, or -1 with a
+ * message on stderr.  For a test that makes its own ctx, listener and queues on it. */
+int fake_rdmacm_fabric(struct qsm_fabric **fab);
+
 /* An event of the id cm through the fabric's CM channel (rdma_get_cm_event), as the kernel
  * reports one: read at the fabric's next look at its channel. */
 void fake_cm_event(struct rdma_cm_id *cm, enum rdma_cm_event_type event, int status);

@@ -21,20 +21,6 @@ static struct qsm_ctx *ctx;
 static struct qsm_conn *q;
 static struct rc_fabric *f;
 
-static void drain_all(void)
-{
-	for (int i = 0; i < 1000 && qsm_ctx_dispatch(ctx, 0) > 0; i++)
-		;
-}
-
-static struct qsm_counters counters(void)
-{
-	struct qsm_counters c;
-
-	qsm_ctx_counters(ctx, &c, sizeof(c));
-	return c;
-}
-
 /* a queue in CONNECTING on a device of transport t, and its kernel id */
 static struct rdma_cm_id *connecting(enum ibv_transport_type t)
 {
@@ -53,7 +39,7 @@ static struct rdma_cm_id *connecting(enum ibv_transport_type t)
 static void destroyed_at_once(void)
 {
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_uint_eq(prov.watch_destroyed, 1);
 	ck_assert_uint_eq(f->parked, 0);
 	qsm_ctx_free(ctx);
@@ -62,15 +48,15 @@ static void destroyed_at_once(void)
 START_TEST(test_an_iwarp_id_let_go_while_connecting_is_destroyed_at_its_connects_outcome)
 {
 	struct rdma_cm_id *cm = connecting(IBV_TRANSPORT_IWARP);
-	struct qsm_counters c0 = counters(), c1;
+	struct qsm_counters c0 = fake_counters(ctx), c1;
 
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_uint_eq(prov.watch_destroyed, 0);   /* parked: a destroy now would wait */
 	ck_assert_uint_eq(f->parked, 1);
 	fake_cm_event(cm, RDMA_CM_EVENT_CONNECT_ERROR, -110);
-	drain_all();
-	c1 = counters();
+	fake_drain(ctx, 1000);
+	c1 = fake_counters(ctx);
 	ck_assert_uint_eq(prov.watch_destroyed, 1);   /* the outcome came: gone */
 	ck_assert_uint_eq(f->unparked, 1);
 	ck_assert_uint_eq(c1.orphans - c0.orphans, 1);   /* reported, owned by nobody */
@@ -84,17 +70,17 @@ END_TEST
 START_TEST(test_an_addr_change_is_no_outcome_the_id_stays_parked)
 {
 	struct rdma_cm_id *cm = connecting(IBV_TRANSPORT_IWARP);
-	struct qsm_counters c0 = counters();
+	struct qsm_counters c0 = fake_counters(ctx);
 
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
 	fake_cm_event(cm, RDMA_CM_EVENT_ADDR_CHANGE, 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_uint_eq(prov.watch_destroyed, 0);
-	ck_assert_uint_eq(counters().orphans - c0.orphans, 1);
+	ck_assert_uint_eq(fake_counters(ctx).orphans - c0.orphans, 1);
 	fake_cm_event(cm, RDMA_CM_EVENT_REJECTED, 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_uint_eq(prov.watch_destroyed, 1);
-	ck_assert_uint_eq(counters().orphans - c0.orphans, 2);
+	ck_assert_uint_eq(fake_counters(ctx).orphans - c0.orphans, 2);
 	qsm_ctx_free(ctx);
 }
 END_TEST
@@ -103,7 +89,7 @@ START_TEST(test_a_parked_id_goes_with_the_fabric)
 {
 	connecting(IBV_TRANSPORT_IWARP);
 	ck_assert_int_eq(qsm_conn_destroy(q), 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_uint_eq(prov.watch_destroyed, 0);
 	qsm_ctx_free(ctx);   /* no outcome ever came: destroyed now, whatever it waits for */
 	ck_assert_uint_eq(prov.watch_destroyed, 1);
@@ -122,7 +108,7 @@ START_TEST(test_an_iwarp_id_whose_connect_was_answered_is_destroyed_at_once)
 	struct rdma_cm_id *cm = connecting(IBV_TRANSPORT_IWARP);
 
 	fake_cm_event(cm, RDMA_CM_EVENT_ESTABLISHED, 0);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_LIVE);
 	destroyed_at_once();
 }
@@ -135,7 +121,7 @@ START_TEST(test_a_connect_the_cm_gave_up_on_releases_the_id_at_once_and_the_queu
 	/* the CM's own end of the connect (its timeout) is its outcome: the queue releases the id,
 	 * destroyed at once, and waits to retry */
 	fake_cm_event(cm, RDMA_CM_EVENT_UNREACHABLE, -110);
-	drain_all();
+	fake_drain(ctx, 1000);
 	ck_assert_int_eq(qsm_conn_state(q), QSM_CM_RECONNECT_WAIT);
 	ck_assert_uint_eq(prov.watch_destroyed, 1);   /* the outcome came first: no park */
 	ck_assert_uint_eq(f->parked, 0);

@@ -93,12 +93,6 @@ static void live(unsigned posts)
 	fake_cq_event(f);
 }
 
-static void drain_all(void)
-{
-	for (int i = 0; i < 10000 && qsm_ctx_dispatch(ctx, 0) > 0; i++)
-		;
-}
-
 static void counters(struct qsm_counters *c)
 {
 	qsm_ctx_counters(ctx, c, sizeof(*c));
@@ -110,7 +104,7 @@ START_TEST(test_successes_reach_the_handler_in_post_order_straight_from_the_poll
 
 	live(100);
 	counters(&c0);
-	drain_all();
+	fake_drain(ctx, 10000);
 	counters(&c1);
 	ck_assert_uint_eq(seen.n, 100);
 	for (unsigned i = 0; i < 100; i++) {
@@ -151,7 +145,7 @@ static struct qsm_counters act_at(unsigned at, int act)
 	live(50);
 	seen.at = at;
 	seen.act = act;
-	drain_all();
+	fake_drain(ctx, 10000);
 	counters(&c);
 	return c;
 }
@@ -209,7 +203,7 @@ START_TEST(test_an_error_completion_goes_after_the_successes_before_it_and_its_w
 
 	live(30);
 	prov.tmpl[10].status = IBV_WC_LOC_PROT_ERR;
-	drain_all();
+	fake_drain(ctx, 10000);
 	/* every receive completed exactly once, in order, the 11th with its error */
 	ck_assert_uint_eq(seen.n, 30);
 	for (i = 0; i < 30; i++)
@@ -253,7 +247,7 @@ START_TEST(test_receives_with_imm_data_among_plain_ones_reach_the_handler_in_ord
 
 	imm_among_plain(100);
 	ok0 = f->wc_ok;
-	drain_all();
+	fake_drain(ctx, 10000);
 	ck_assert_uint_eq(seen.n, 100);
 	for (unsigned i = 0; i < 100; i++) {
 		const struct qsm_wc *w = &seen.wc[i];
@@ -286,7 +280,7 @@ START_TEST(test_a_refusal_of_a_receive_with_imm_data_aborts_the_queue)
 	imm_among_plain(30);
 	seen.at = 11;   /* wr 1010: 10 % 7 == 3 */
 	seen.act = REFUSE;
-	drain_all();
+	fake_drain(ctx, 10000);
 	counters(&c);
 	ck_assert_uint_eq(seen.n, 11);
 	ck_assert_uint_eq(seen.wc[10].wc_flags, QSM_WC_WITH_IMM);
