@@ -4,6 +4,7 @@
  *     MACHINE STATE EVENT TARGET ACTION,ACTION   (`-`: no action)
  * in state, then event, order (tests/man.test holds qsm-machines(7) to it). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,29 +40,23 @@ int main(int argc, char **argv)
 {
 	int m, state, unexpected = 0;
 
-	if (argc >= 2 && strcmp(argv[1], "--edges") == 0) {
-		if (argc == 2) {
-			for (m = 0; m < QSM_MACHINE_COUNT; m++)
-				edges(m);
-			return 0;
-		}
-		m = machine_by_name(argv[2]);
-		if (m < 0) {
-			fprintf(stderr, "qsm-walk: no machine named '%s'\n", argv[2]);
-			return 2;
-		}
-		edges(m);
-		return 0;
-	}
-	if (argc < 2) {
+	bool list = argc >= 2 && strcmp(argv[1], "--edges") == 0;
+	const char *name = list ? (argc > 2 ? argv[2] : NULL) : argc > 1 ? argv[1] : NULL;
+
+	if (!list && !name) {
 		fprintf(stderr, "usage: qsm-walk cm_id|accept|listener|qp|device EVENT...\n"
 				"       qsm-walk --edges [MACHINE]\n");
 		return 2;
 	}
-	m = machine_by_name(argv[1]);
+	m = name ? machine_by_name(name) : 0;
 	if (m < 0) {
-		fprintf(stderr, "qsm-walk: no machine named '%s'\n", argv[1]);
+		fprintf(stderr, "qsm-walk: no machine named '%s'\n", name);
 		return 2;
+	}
+	if (list) {
+		for (int k = name ? m : 0; k < (name ? m + 1 : QSM_MACHINE_COUNT); k++)
+			edges(k);
+		return 0;
 	}
 	state = qsm_machine_start_state(m);
 	printf("%s: start in %s\n", argv[1], qsm_state_name(m, state));
