@@ -70,10 +70,14 @@
 		gone                                @release_all                  -> Closed
 	) >~IDLE,
 
+	# A device or port that came while the kernel resolves: its address resolution (ib_core's
+	# addr.c) parks a request that found no usable source or neighbour until its timeout, and
+	# an address leaving IPv6 DAD or a port coming up does not wake it: start over, now.
 	AddrResolving: (
 		QSM_EV_ADDR_RESOLVED                @resolve_route                -> RouteResolving |
 		( QSM_EV_ADDR_ERROR | QSM_EV_ADDR_CHANGE | QSM_EV_TIMEOUT )
 		                                    @release_id @arm_retry        -> ReconnectWait |
+		came                                @release_id @retry_now        -> ReconnectWait |
 		QSM_EV_DEVICE_REMOVAL               @release_device @arm_retry    -> ReconnectWait |
 		( QSM_EV_DISCONNECT | gone )        @release_all                  -> Closed
 	) >~ADDR_RESOLVING,

@@ -1055,9 +1055,10 @@ static const struct row active_rows[] = {
 	EDGE(DEVICE_REMOVAL, RECONNECT_WAIT, RECONNECT_WAIT, DEVICE_REMOVAL, RECONNECT_WAIT, 1, LIVE),
 	EDGE(DEVICE_REMOVAL, FAILED, FAILED, DEVICE_REMOVAL, FAILED, 1, LIVE),
 
-	/* a device appearing is news only in the gap: retry at once */
+	/* a device appearing is news in the gap (retry at once) and to an address resolution,
+	 * which the kernel may have parked until its timeout (start it over, from the gap) */
 	NONE_OF(DEVICE_ADDED, IDLE, DEVICE_ADDED, LIVE),
-	NONE_OF(DEVICE_ADDED, ADDR_RESOLVING, DEVICE_ADDED, LIVE),
+	EDGE(DEVICE_ADDED, ADDR_RESOLVING, ADDR_RESOLVING, DEVICE_ADDED, RECONNECT_WAIT, 1, LIVE),
 	NONE_OF(DEVICE_ADDED, ROUTE_RESOLVING, DEVICE_ADDED, LIVE),
 	NONE_OF(DEVICE_ADDED, CONNECTING, DEVICE_ADDED, LIVE),
 	NONE_OF(DEVICE_ADDED, CONNECTED, DEVICE_ADDED, LIVE),
@@ -1107,9 +1108,9 @@ static const struct row active_rows[] = {
 	NONE_OF(PORT_ERR, RECONNECT_WAIT, PORT_ERR, LIVE),
 	NONE_OF(PORT_ERR, FAILED, PORT_ERR, LIVE),
 
-	/* a port coming back is news only in the gap, as a device is */
+	/* a port coming back is news where a device is: in the gap and to an address resolution */
 	NONE_OF(PORT_ACTIVE, IDLE, PORT_ACTIVE, LIVE),
-	NONE_OF(PORT_ACTIVE, ADDR_RESOLVING, PORT_ACTIVE, LIVE),
+	EDGE(PORT_ACTIVE, ADDR_RESOLVING, ADDR_RESOLVING, PORT_ACTIVE, RECONNECT_WAIT, 1, LIVE),
 	NONE_OF(PORT_ACTIVE, ROUTE_RESOLVING, PORT_ACTIVE, LIVE),
 	NONE_OF(PORT_ACTIVE, CONNECTING, PORT_ACTIVE, LIVE),
 	NONE_OF(PORT_ACTIVE, CONNECTED, PORT_ACTIVE, LIVE),

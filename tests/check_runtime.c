@@ -454,6 +454,8 @@ START_TEST(test_queue_fails_over_to_another_device_through_set_dst_and_the_other
 	addr_b = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(4420) };
 	inet_pton(AF_INET, "198.51.100.1", &addr_b.sin_addr);
 	ck_assert_int_eq(qsm_sim_device_add(sim, "sim1", "198.51.100.1"), 0);
+	/* sim1's DEVICE_ADDED heard before the queues resolve (it would start their resolution over) */
+	pump(0);
 	ck_assert_int_eq(qsm_listener_new(sctx, &(struct qsm_listener_opts){
 		.addr = (struct sockaddr *)&addr_b, .cls = &server_class }, &lb), 0);
 	ck_assert_int_eq(qsm_conn_new(cctx, &(struct qsm_conn_opts){ .cls = &failover_class,

@@ -72,11 +72,13 @@ enum qsm_event {
 	QSM_EV_PATH_MIG_ERR = 79,
 
 	/* device monitor (DEVICE_REMOVAL above is also delivered in the gap).  DEVICE_ADDED goes
-	 * only to active queues in RECONNECT_WAIT and listeners in RELISTEN_WAIT, any device. */
+	 * only to active queues in RECONNECT_WAIT or ADDR_RESOLVING and listeners in
+	 * RELISTEN_WAIT, any device. */
 	QSM_EV_DEVICE_ADDED = 80,
 	/* a port's async events (status: the port number).  PORT_ERR goes to every queue with a
 	 * QP on that port: the port's queues fail over now rather than after the RC retry limit.
-	 * PORT_ACTIVE goes, like DEVICE_ADDED, to whoever waits (RECONNECT_WAIT, RELISTEN_WAIT).
+	 * PORT_ACTIVE goes, like DEVICE_ADDED, to whoever waits (RECONNECT_WAIT, ADDR_RESOLVING,
+	 * RELISTEN_WAIT).
 	 * The others go to the device's registry entry, which counts and traces them. */
 	QSM_EV_PORT_ERR = 81,
 	QSM_EV_PORT_ACTIVE = 82,
