@@ -907,6 +907,67 @@ START_TEST(test_a_cold_cq_whose_notification_was_lost_is_polled_at_the_next_wake
 }
 END_TEST
 
+/* ... and a lost notification in a conversation that went quiet (each side waiting for the
+ * other: nothing else wakes either fabric) is found all the same: once the fabric has posted and
+ * then finds nothing to do, tfd is armed for a check CQ_COLD_CHECK_NS later, which polls the
+ * cold CQ once.  A fabric that posted nothing since is never woken (idle: no timer). */
+START_TEST(test_a_check_of_the_cold_cqs_is_due_a_second_after_the_last_posts)
+{
+	struct wc_rig r;
+	struct qsm_fabric_cqe out[16];
+	struct itimerspec its;
+	uint64_t r0, due;
+
+	wc_rig_new(&r);
+	r.f->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	ck_assert_int_ge(r.f->tfd, 0);
+	r.c->hot = false;
+	r.f->hot = 0;
+	r.c->nqps = 1;
+	/* nothing posted: nothing due, tfd disarmed */
+	qsm_rc_cq_watch(r.f);
+	ck_assert_uint_eq(r.f->cold_at, 0);
+	r0 = wc_rig_post(&r, WQ_RECV, 7, QSM_WR_RECV, true);
+	r.f->posts++;
+	wc_push(r0, IBV_WC_SUCCESS, WC_QPN, 10, 0, 0);   /* its event never comes */
+	r.f->cold_check_at = qsm_rc_now_ns();           /* a wake-up's check ran just now */
+	qsm_rc_cq_watch(r.f);
+	due = r.f->cold_at;
+	ck_assert_uint_gt(due, qsm_rc_now_ns() + CQ_COLD_CHECK_NS / 2);
+	ck_assert_uint_le(due, qsm_rc_now_ns() + CQ_COLD_CHECK_NS);
+	ck_assert_int_eq(timerfd_gettime(r.f->tfd, &its), 0);
+	ck_assert(its.it_value.tv_sec || its.it_value.tv_nsec);
+	/* due once: more calls with nothing posted move nothing */
+	qsm_rc_cq_watch(r.f);
+	ck_assert_uint_eq(r.f->cold_at, due);
+	/* the timer before it is due runs nothing */
+	qsm_rc_timer_run(r.f, 1, due - 1);
+	ck_assert(!r.c->hot);
+	/* due: the CQ is checked whenever the last wake-up's check ran */
+	qsm_rc_timer_run(r.f, 1, due);
+	ck_assert(r.c->hot && r.c->checked);
+	ck_assert_uint_eq(r.f->cold_at, 0);
+	ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 1);
+	ck_assert_uint_eq(out[0].wc.wr_id, 7);
+	ck_assert_uint_eq(r.f->cq_rescued, 1);
+	for (unsigned k = 0; k < r.f->hot_idle; k++)
+		ck_assert_int_eq(qsm_rc_poll_cqs(r.f, out, 16), 0);
+	ck_assert(!r.c->hot);
+	/* quiet now, nothing posted since: no check due, tfd disarmed (no periodic wake-up) */
+	qsm_rc_cq_watch(r.f);
+	ck_assert_uint_eq(r.f->cold_at, 0);
+	ck_assert_int_eq(timerfd_gettime(r.f->tfd, &its), 0);
+	ck_assert(!its.it_value.tv_sec && !its.it_value.tv_nsec);
+	/* without the device monitor the periodic tick wakes the fabric anyway: no cold_at */
+	r.f->posts++;
+	r.f->mon_err = -EPERM;
+	qsm_rc_cq_watch(r.f);
+	ck_assert_uint_eq(r.f->cold_at, 0);
+	close(r.f->tfd);
+	wc_rig_free(&r);
+}
+END_TEST
+
 START_TEST(test_poll_completes_each_wr_once_and_drops_stale_tags)
 {
 	struct wc_rig r;
@@ -1541,6 +1602,7 @@ static Suite *rdmacm_suite(void)
 	t = tcase_create("completions");
 	tcase_add_test(t, test_poll_completes_each_wr_once_and_drops_stale_tags);
 	tcase_add_test(t, test_a_cold_cq_whose_notification_was_lost_is_polled_at_the_next_wake_up);
+	tcase_add_test(t, test_a_check_of_the_cold_cqs_is_due_a_second_after_the_last_posts);
 	tcase_add_test(t, test_poll_reports_errors_with_the_wrs_opcode_and_drops_all_after_the_marker);
 	tcase_add_test(t, test_a_probe_completes_to_no_ulp_and_its_failure_is_the_ids_wc_error);
 	tcase_add_test(t, test_flush_qp_takes_every_wr_left_once_and_the_providers_reports_after_are_stale);

@@ -670,6 +670,8 @@ void qsm_rc_timer_arm(struct rc_fabric *f)
 
 	if (f->addr_at && (!at || f->addr_at < at))
 		at = f->addr_at;
+	if (f->cold_at && (!at || f->cold_at < at))
+		at = f->cold_at;
 	if (at == f->timer_at)
 		return;
 	f->timer_at = at;

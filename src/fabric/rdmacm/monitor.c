@@ -313,7 +313,21 @@ void qsm_rc_timer_run(struct rc_fabric *f, uint64_t n, uint64_t now)
 		return;
 	if (f->naddr && now >= f->addr_at)
 		addrs_try(f, now);
+	if (f->cold_at && now >= f->cold_at) {
+		f->cold_at = 0;
+		f->cold_check_at = 0;     /* due whenever the last check ran */
+		qsm_rc_cq_check_cold(f);
+	}
 	f->timer_at = ~0ull;   /* it expired, or not (a test, a read that lost a race): set anew */
+	qsm_rc_timer_arm(f);
+}
+
+void qsm_rc_cq_watch(struct rc_fabric *f)
+{
+	if (f->posts == f->cold_posts || f->cold_at || f->mon_err)
+		return;
+	f->cold_posts = f->posts;
+	f->cold_at = qsm_rc_now_ns() + CQ_COLD_CHECK_NS;
 	qsm_rc_timer_arm(f);
 }
 

@@ -290,10 +290,14 @@ static int rc_get_event(struct qsm_fabric *base, struct qsm_fabric_event *ev, st
 		f->cold_calls++;
 	f->sent = 0;
 	r = get_event(f, ev, cqe, max);
-	if (r != -EAGAIN)
+	if (r != -EAGAIN) {
 		f->empty_run = 0;
-	else if (f->empty_run < BUSY_EMPTY_CALLS)
+		return r;
+	}
+	if (f->empty_run < BUSY_EMPTY_CALLS)
 		f->empty_run++;
+	if (f->posts != f->cold_posts)
+		qsm_rc_cq_watch(f);
 	return r;
 }
 

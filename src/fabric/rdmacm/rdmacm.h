@@ -134,7 +134,8 @@ enum {
 };
 
 /* How often, at most, the CQs that wait for their events are polled once anyway, when the
- * fabric wakes for something else (qsm_rc_cq_check_cold): a provider can lose a notification. */
+ * fabric wakes for something else (qsm_rc_cq_check_cold), and how long after the fabric's last
+ * posts it is woken for that (qsm_rc_cq_watch): a provider can lose a notification. */
 #define CQ_COLD_CHECK_NS 1000000000ull
 
 #define CQ_HOT_IDLE_POLLS 64             /* ... before a hot CQ is re-armed and may go cold: */
@@ -294,10 +295,11 @@ struct rc_fabric {
 	/* The device monitor (monitor.c): a uevent and an rtnetlink socket, -1 without one, and
 	 * mon_err why (-errno; then tfd ticks every second and each tick scans the device list).
 	 * With it, tfd is one-shot at the earliest of tick_at (the next tick, while a CQ pool has
-	 * something to trim) and addr_at (the next try of the addresses that appeared, addr[]);
-	 * neither: disarmed, and an idle fabric is never woken. */
+	 * something to trim), addr_at (the next try of the addresses that appeared, addr[]) and
+	 * cold_at (the cold CQs' check after the last posts, qsm_rc_cq_watch); none: disarmed, and
+	 * an idle fabric is never woken. */
 	int uev_fd, rtnl_fd, mon_err;
-	uint64_t tick_at, addr_at, timer_at;      /* CLOCK_MONOTONIC ns; 0: none */
+	uint64_t tick_at, addr_at, cold_at, timer_at;      /* CLOCK_MONOTONIC ns; 0: none */
 	struct sockaddr_storage addr[MON_ADDRS_MAX];
 	unsigned naddr, addr_delay_ms;
 	/* for QSM_RDMACM_STATS: netlink datagrams, overruns, device-list scans, tfd expirations
@@ -323,8 +325,9 @@ struct rc_fabric {
 	unsigned empty_run;
 	uint64_t get_calls, epoll_waits;  /* for QSM_RDMACM_STATS */
 	/* qsm_rc_cq_check_cold(): when it last ran; CQs it heated, and of them those whose first
-	 * poll found completions no event had announced (for QSM_RDMACM_STATS) */
-	uint64_t cold_check_at, cq_checks, cq_rescued;
+	 * poll found completions no event had announced (for QSM_RDMACM_STATS); `posts` when
+	 * qsm_rc_cq_watch last set cold_at */
+	uint64_t cold_check_at, cq_checks, cq_rescued, cold_posts;
 	/* QPs created, and what they held of ours (qsm_rc_qp_bytes of their caps); for QSM_RDMACM_STATS */
 	uint64_t qps_created, qp_bytes;
 };
@@ -424,8 +427,16 @@ void qsm_rc_cq_heat(struct rc_fabric *f, struct rc_cq *c);
  * is heated, to be polled once and re-armed at once if it has nothing.  A provider that loses a
  * CQ's notification (soft-iWARP does under load: tests/vm/README.md) would leave every QP on
  * that CQ waiting for good; this finds its completions at the next wake-up for anything else,
- * at no wake-up of its own (an idle fabric is still never woken). */
+ * and qsm_rc_cq_watch makes sure there is one after the fabric's last posts. */
 void qsm_rc_cq_check_cold(struct rc_fabric *f);
+/* The fabric found nothing to do (its caller may sleep now).  If anything was posted since
+ * cold_at was last set, and no check is due already, one is due CQ_COLD_CHECK_NS from now
+ * (tfd, qsm_rc_timer_run): a completion whose notification was lost in a conversation that
+ * then went quiet (both peers waiting for each other, nothing else to wake either) is found
+ * within about a second, at the cost of one wake-up a second at most while posts go on and
+ * one after the last; a fabric that posts nothing is never woken.  Without the monitor the
+ * periodic tick's wake-up does the same. */
+void qsm_rc_cq_watch(struct rc_fabric *f);
 /* A CQ the check heated had completions at its first poll: counted. */
 void qsm_rc_cq_rescued(struct rc_fabric *f, struct rc_cq *c);
 /* A hot CQ that had no completions: polled again, unarmed, a few times; then re-armed and
@@ -442,7 +453,7 @@ void qsm_rc_harvest_async(struct rc_fabric *f);
 void qsm_rc_poll_devices(struct rc_fabric *f);
 /* The present device object of a device in the list, or NULL. */
 struct qsm_fdev *qsm_rc_dev_present(struct rc_fabric *f, struct ibv_device *ibdev);
-/* With the monitor: tfd armed one-shot at the earliest of tick_at and addr_at, or disarmed. */
+/* With the monitor: tfd armed one-shot at the earliest of tick_at, addr_at and cold_at, or disarmed. */
 void qsm_rc_timer_arm(struct rc_fabric *f);
 uint64_t qsm_rc_now_ns(void);
 void qsm_rc_device_get(struct qsm_fdev *d);
