@@ -97,12 +97,19 @@ vm_removal_trace_checks() {
 	[[ $removed == "$n" && $relive == "$n" ]] || fail "trace shows $removed removals and $relive reconnects, want $n each"
 }
 
-# vm_wait_bounded PID SECS: wait (bounded, wall clock) until a background process ends; its exit
-# code, or 124 (then it is killed).
+# vm_wait_bounded PID SECS [WHAT]: wait (bounded, wall clock) until a background process ends;
+# its exit code, or 124 (then it is killed).  With WHAT, a process still there at half the bound
+# is shown as the kernel sees it (vm_kernel_view), once, while it and its peer still hold their
+# connections: where a stalled connection's data sits.
 vm_wait_bounded() {
-	local pid=$1 secs=$2 end rc=0
+	local pid=$1 secs=$2 what=${3:-} end half rc=0
 	end=$((${EPOCHREALTIME/[.,]/} + secs * 1000000))
+	half=$((end - secs * 500000))
 	while kill -0 "$pid" 2>/dev/null && ((${EPOCHREALTIME/[.,]/} < end)); do
+		if [[ -n $what ]] && ((${EPOCHREALTIME/[.,]/} >= half)); then
+			vm_kernel_view "$what still running after $((secs / 2)) s"
+			what=
+		fi
 		sleep 0.05
 	done
 	if kill -0 "$pid" 2>/dev/null; then
@@ -112,6 +119,20 @@ vm_wait_bounded() {
 	fi
 	wait "$pid" || rc=$?
 	return $rc
+}
+
+# vm_kernel_view TITLE: the kernel's view of this host's RDMA connections: the TCP sockets with
+# their queues (siw's connections are kernel sockets: bytes unsent, unacknowledged, unread), the
+# QPs, CQs and cm_ids rdma_cm and the verbs hold, the device's counters.
+vm_kernel_view() {
+	echo "   == $1: the kernel's view"
+	{
+		ss -tnoie 2>&1
+		rdma resource show qp 2>&1
+		rdma resource show cq 2>&1
+		rdma resource show cm_id 2>&1
+		rdma statistic show 2>&1
+	} | sed 's/^/   kernel| /'
 }
 
 # vm_wait_listen PORT: wait (bounded, 10 s) until something listens on an rdma_cm port: rdma_cm

@@ -240,7 +240,7 @@ if [[ $host == a ]]; then
 	log=$tmp/wire5-server2.log
 	timeout -s KILL 120 stdbuf -oL "$bin" -s -a "$me" -p $port -n 1 >"$log" 2>&1 &
 	spid=$!
-	vm_wait_bounded "$spid" 110
+	vm_wait_bounded "$spid" 110 "server 2"
 	rc=$?
 	grep -v '^qsm \|ping data' "$log" | sed 's/^/   server 2: /'
 	cold_checks "server 2" "$log"
@@ -256,7 +256,7 @@ else
 	wait_live() { grep -q -- '--READY--> LIVE' "$log"; }
 	for ((i = 0; i < 200; i++)); do wait_live && break; sleep 0.05; done
 	vm_post live5
-	vm_wait_bounded "$cpid" 115
+	vm_wait_bounded "$cpid" 115 client
 	rc=$?
 	grep -v '^qsm \|ping data' "$log" | sed 's/^/   client: /'
 	cold_checks client "$log"
