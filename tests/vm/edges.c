@@ -87,6 +87,9 @@ struct plan {
 	double called_at;
 	bool seen;              /* its edge is in the side's trace */
 	bool disc_first;        /* C_HOLD: DISCONNECTED left its state once the device was going */
+	/* each side's way so far, " EVENT[status]>STATE" an edge (show_pending: where a plan
+	 * that never got to its call went instead) */
+	char path[2][200];
 };
 
 static bool removing;           /* rdma link delete has started (phase 2) */
@@ -172,6 +175,19 @@ static void seen(const struct qsm_trace_record *r, void *arg)
 
 /* ---- both sides' handlers: the plan's call where it says, the route otherwise ---- */
 
+/* The edge a side's queue of the plan took, on its way (cut where its buffer ends). */
+static void walk(struct plan *p, bool server, const struct qsm_event_info *ev)
+{
+	char *path = p->path[server];
+	size_t len = strlen(path);
+	char st[16] = "";
+
+	if (ev->status)
+		snprintf(st, sizeof(st), "[%d]", ev->status);
+	snprintf(path + len, sizeof(p->path[0]) - len, " %s%s>%s", qsm_event_name(ev->event), st,
+		 qsm_state_name(server ? QSM_MACHINE_ACCEPT : QSM_MACHINE_CM_ID, ev->to));
+}
+
 /* The call, made by the queue entering the plan's state: non-zero only for ABORT. */
 static int make_call(struct qsm_conn *q, struct plan *p)
 {
@@ -220,6 +236,7 @@ static int c_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 {
 	struct plan *p = qsm_conn_user(q);
 
+	walk(p, false, ev);
 	if (!p->server && ev->to == p->state && !p->called) {
 		if (p->call == C_DESTROY || p->call == C_ABORT)
 			p->q = NULL;   /* gone with this call */
@@ -291,6 +308,8 @@ static int s_enter(struct qsm_conn *q, const struct qsm_event_info *ev)
 			pe->p->sq = q;
 	}
 	p = pe->p;
+	if (p)
+		walk(p, true, ev);
 	if (p && p->server && ev->to == p->state && !p->called)
 		return make_call(q, p);
 	switch (ev->to) {
@@ -356,6 +375,7 @@ static void show_pending(void)
 		       qsm_state_name(machine_of(p), p->state),
 		       qsm_event_name(call_event[p->call]), p->called ? "made" : "not made",
 		       p->q ? qsm_conn_state_name(p->q) : "gone", p->sq ? qsm_conn_state_name(p->sq) : "gone");
+		printf("      client's way:%s\n      server's way:%s\n", p->path[0], p->path[1]);
 	}
 }
 
