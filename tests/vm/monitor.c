@@ -161,11 +161,10 @@ int main(int argc, char **argv)
 	bool addr_ok = vm_parse_addr(&addr, ip, "QSM_MONITOR_PORT", "7473");
 	char cidr[64];
 	char *addr_del[] = { "ip", "addr", "del", cidr, "dev", (char *)netdev, NULL };
-	/* IPv6: nodad, as the guest adds it, so that it is usable at once.  QSM_MONITOR_DAD=1 adds
-	 * it with duplicate address detection instead (tentative first).  Every check passed in 4
-	 * runs of 2026-12-05, but not on 12-04: DEVICE_ADDED reaches only queues still waiting in
-	 * the gap when DAD ends, and those whose own retry came first sit in ADDR_RESOLVING, where
-	 * the kernel parks their resolution until resolve_ms (tests/vm/README.md) */
+	/* IPv6: added with duplicate address detection, as a host adds one (tentative for about
+	 * a second): DEVICE_ADDED comes when DAD ends, and reaches the queues waiting in the gap
+	 * and those resolving (the kernel parks their resolution until resolve_ms otherwise:
+	 * tests/vm/README.md).  QSM_MONITOR_DAD=0 adds it `nodad`, usable at once. */
 	char *addr_add[] = { "ip", "addr", "add", cidr, "dev", (char *)netdev, NULL, NULL };
 	struct qsm_ctx *server, *client, *both[2];
 	struct qsm_listener *l;
@@ -183,7 +182,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	snprintf(cidr, sizeof(cidr), "%s/%d", ip, addr.ss_family == AF_INET6 ? 64 : 24);
-	if (addr.ss_family == AF_INET6 && strcmp(vm_env("QSM_MONITOR_DAD", "0"), "1"))
+	if (addr.ss_family == AF_INET6 && !strcmp(vm_env("QSM_MONITOR_DAD", "1"), "0"))
 		addr_add[6] = "nodad";
 	if (vm_trace_open(argc, argv) < 0)
 		return 2;
