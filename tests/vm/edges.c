@@ -160,7 +160,8 @@ static void seen(const struct qsm_trace_record *r, void *arg)
 		       r->from, r->event ? r->event : "?");
 		return;
 	}
-	if (server && !strcmp(r->kind, "passive") && !strcmp(r->from, "ACCEPTING") &&
+	if (server && !strcmp(r->kind, "passive") &&
+	    !strcmp(r->from, qsm_state_name(QSM_MACHINE_ACCEPT, QSM_ACCEPT_ACCEPTING)) &&
 	    !strcmp(r->event, qsm_event_name(QSM_EV_CONNECT_ERROR))) {
 		accepts_failed++;
 		printf("   server: passive#%u ACCEPTING --CONNECT_ERROR[%d]--> %s (%s)\n", r->id,

@@ -5,8 +5,8 @@
  * too.  Found through tests/vm/edges.c: 14 passive queues whose QP could not be made (the
  * library's -ENOMEM: rdma_create_qp -1, errno 0), every retry as well.
  *
- *   keys [DEVICE [N]]   N one-page CQs (300), then a CQ and 40 QPs on it, then all freed
- *                       and made again (the freed pages reused); DEVICE: $QSM_VM_DEV, siw0.
+ *   keys [N]   N one-page CQs (300), then a CQ and 40 QPs on it, then all freed and made
+ *              again (the freed pages reused), on the device $QSM_VM_DEV (siw0).
  * Prints each create that failed and "created C CQs and Q QPs, F failed"; exit 0 only if
  * none failed.
  */
@@ -74,9 +74,8 @@ static void round_free(int n, struct ibv_cq **cqs, struct ibv_qp **qps)
 
 int main(int argc, char **argv)
 {
-	const char *env = getenv("QSM_VM_DEV");
-	const char *name = argc > 1 ? argv[1] : env ? env : "siw0";
-	int n = argc > 2 ? atoi(argv[2]) : 300, num = 0;
+	const char *name = getenv("QSM_VM_DEV") ? getenv("QSM_VM_DEV") : "siw0";
+	int n = argc > 1 ? atoi(argv[1]) : 300, num = 0;
 	struct ibv_device **list = ibv_get_device_list(&num);
 	struct ibv_context *c = NULL;
 	struct ibv_qp *qps[NQPS] = { 0 };
